@@ -1,0 +1,191 @@
+// Package capability is the Redis capability that plugins decide through.
+//
+// A plugin declares its Lua scripts; the capability registers them, runs them
+// with EVALSHA (EVAL when Redis answers NOSCRIPT, as after a restart or
+// SCRIPT FLUSH), maps the plugin's relative key names into its own namespace
+// with a Cluster hash tag per subject, bounds every call with a time-out and
+// classifies failures so that the engine can apply the rule's failure policy.
+package capability
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// DefaultTimeout bounds one script call when Options.Timeout is zero.
+const DefaultTimeout = 250 * time.Millisecond
+
+// DefaultPrefix is the first element of every key ruled writes.
+const DefaultPrefix = "ruled"
+
+// Options configure a Capability. The zero value is usable.
+type Options struct {
+	// Timeout bounds one script call, network included. Default DefaultTimeout.
+	Timeout time.Duration
+	// Prefix is the first element of every key. Default DefaultPrefix.
+	Prefix string
+	// Logger receives plugin log lines. Default slog.Default().
+	Logger *slog.Logger
+	// Clock, when set, replaces Redis TIME inside scripts with its value in
+	// microseconds. For tests only: production time always comes from Redis.
+	Clock func() int64
+}
+
+// Capability runs plugins' scripts against one Redis deployment.
+// It is safe for concurrent use.
+type Capability struct {
+	client  redis.UniversalClient
+	timeout time.Duration
+	prefix  string
+	log     *slog.Logger
+	clock   func() int64
+}
+
+// New returns a Capability over client.
+func New(client redis.UniversalClient, opts Options) *Capability {
+	c := &Capability{client: client, timeout: opts.Timeout, prefix: opts.Prefix, log: opts.Logger, clock: opts.Clock}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	if c.prefix == "" {
+		c.prefix = DefaultPrefix
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return c
+}
+
+// Client returns the Redis client the capability runs on.
+func (c *Capability) Client() redis.UniversalClient { return c.client }
+
+// Timeout returns the per-call time-out.
+func (c *Capability) Timeout() time.Duration { return c.timeout }
+
+// Prelude is prepended to every declared script. It takes the clock argument
+// the host always passes first off ARGV and defines ruled_now_us().
+const Prelude = `local ruled_clock = table.remove(ARGV, 1)
+local function ruled_now_us()
+  if ruled_clock ~= '' then return tonumber(ruled_clock) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+`
+
+var (
+	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	keyRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	scriptRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+)
+
+// ValidName reports whether s may name a plugin or a rule in keys.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// Plugin is one plugin's registration: its declared scripts and namespace.
+type Plugin struct {
+	cap     *Capability
+	name    string
+	ns      string // "<prefix>:<plugin>:"
+	scripts map[string]*redis.Script
+	log     *slog.Logger
+}
+
+// Register declares a plugin's scripts. Names must be valid and scripts
+// unique; the sources get the Prelude.
+func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, error) {
+	if !ValidName(plugin) {
+		return nil, fmt.Errorf("capability: plugin name %q: want lower-case letters, digits, '-' or '_' (at most 63)", plugin)
+	}
+	p := &Plugin{
+		cap:     c,
+		name:    plugin,
+		ns:      c.prefix + ":" + plugin + ":",
+		scripts: make(map[string]*redis.Script, len(scripts)),
+		log:     c.log.With("plugin", plugin),
+	}
+	for _, s := range scripts {
+		if !scriptRE.MatchString(s.Name) {
+			return nil, fmt.Errorf("capability: plugin %s: script name %q: want letters, digits, '_', '.' or '-'", plugin, s.Name)
+		}
+		if _, dup := p.scripts[s.Name]; dup {
+			return nil, fmt.Errorf("capability: plugin %s: script %q declared twice", plugin, s.Name)
+		}
+		p.scripts[s.Name] = redis.NewScript(Prelude + s.Source)
+	}
+	return p, nil
+}
+
+// Name returns the plugin's name.
+func (p *Plugin) Name() string { return p.name }
+
+// Preload loads every script into Redis (on every master of a Cluster).
+// Calls work without it; it saves the first EVAL of each script.
+func (p *Plugin) Preload(ctx context.Context) error {
+	for name, s := range p.scripts {
+		if err := s.Load(ctx, p.cap.client).Err(); err != nil {
+			return classify(p.name, name, err)
+		}
+	}
+	return nil
+}
+
+// KeyPrefix returns the prefix of every key of one rule and subject:
+// "<prefix>:<plugin>:<rule>:{<subject>}:". Rule names are validated at load.
+func (p *Plugin) KeyPrefix(rule, subject string) string {
+	return p.ns + rule + ":{" + EscapeSubject(subject) + "}:"
+}
+
+// Host returns the capability scoped to one rule and one subject.
+func (p *Plugin) Host(rule, subject string) sdk.Host {
+	return &scopedHost{p: p, prefix: p.KeyPrefix(rule, subject)}
+}
+
+type scopedHost struct {
+	p      *Plugin
+	prefix string
+}
+
+func (h *scopedHost) Log(level sdk.Level, msg string) {
+	h.p.log.Log(context.Background(), slog.Level(level), msg)
+}
+
+func (h *scopedHost) Eval(ctx context.Context, script string, keys []string, args ...any) (sdk.Reply, error) {
+	return h.p.eval(ctx, h.prefix, script, keys, args)
+}
+
+func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string, args []any) (sdk.Reply, error) {
+	s, ok := p.scripts[script]
+	if !ok {
+		return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("script %q was not declared in Info", script)}
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		if !keyRE.MatchString(k) {
+			return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("key %q: want 1-64 letters, digits, '_', '.' or '-'", k)}
+		}
+		full[i] = prefix + k
+	}
+	argv := make([]any, 0, len(args)+1)
+	if p.cap.clock != nil {
+		argv = append(argv, strconv.FormatInt(p.cap.clock(), 10))
+	} else {
+		argv = append(argv, "")
+	}
+	argv = append(argv, args...)
+
+	ctx, cancel := context.WithTimeout(ctx, p.cap.timeout)
+	defer cancel()
+	v, err := s.Run(ctx, p.cap.client, full, argv...).Result()
+	if err != nil && err != redis.Nil {
+		return sdk.Reply{}, classify(p.name, script, err)
+	}
+	return sdk.NewReply(v), nil
+}

@@ -1,0 +1,142 @@
+package capability
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Class says what kind of failure an Error is, so that the engine can apply
+// a rule's failure policy and metrics can count failures by kind.
+type Class string
+
+// Failure classes.
+const (
+	// ClassTimeout: the call did not finish within the time-out.
+	ClassTimeout Class = "timeout"
+	// ClassConnection: Redis could not be reached or the connection broke.
+	ClassConnection Class = "connection"
+	// ClassScript: Redis ran the script and it failed (a Lua error, a bad
+	// argument, a permission the plugin's ACL user lacks).
+	ClassScript Class = "script"
+	// ClassRefused: the host refused the call (undeclared script, bad key).
+	ClassRefused Class = "refused"
+)
+
+// Error is a failed capability call.
+type Error struct {
+	Class  Class
+	Plugin string
+	Script string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("capability: plugin %s, script %s: %s: %v", e.Plugin, e.Script, e.Class, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ClassOf returns the class of err, or "" when err is not a capability error.
+func ClassOf(err error) Class {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce.Class
+	}
+	return ""
+}
+
+// Unavailable reports whether err means Redis could not answer (time-out or
+// connection failure), as opposed to a plugin or script fault.
+func Unavailable(err error) bool {
+	c := ClassOf(err)
+	return c == ClassTimeout || c == ClassConnection
+}
+
+func classify(plugin, script string, err error) error {
+	e := &Error{Plugin: plugin, Script: script, Err: err}
+	var netErr net.Error
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		e.Class = ClassTimeout
+	case errors.Is(err, context.Canceled):
+		e.Class = ClassTimeout
+	case errors.As(err, &rerr) && !isConnReply(err):
+		e.Class = ClassScript
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, redis.ErrClosed), errors.As(err, &netErr), isConnReply(err):
+		e.Class = ClassConnection
+	default:
+		e.Class = ClassConnection
+	}
+	return e
+}
+
+// isConnReply reports server replies that mean "not available right now"
+// rather than "the script is wrong".
+func isConnReply(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxSubjectKeyLen is the longest escaped subject kept readable in keys;
+// longer subjects are replaced by a hash.
+const maxSubjectKeyLen = 128
+
+// EscapeSubject makes an arbitrary subject safe inside a key's hash tag:
+// bytes outside a conservative set are percent-encoded, and a subject whose
+// escaped form is longer than 128 bytes becomes "#" and 32 hex digits of its
+// SHA-256. Distinct subjects always map to distinct strings, except for the
+// negligible chance of a hash collision among long ones.
+func EscapeSubject(s string) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if !safeByte(s[i]) {
+			clean = false
+			break
+		}
+	}
+	if clean && len(s) <= maxSubjectKeyLen && !strings.HasPrefix(s, "#") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	const hexd = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if safeByte(c) && !(i == 0 && c == '#') {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('%')
+			b.WriteByte(hexd[c>>4])
+			b.WriteByte(hexd[c&15])
+		}
+		if b.Len() > maxSubjectKeyLen {
+			sum := sha256.Sum256([]byte(s))
+			return "#" + hex.EncodeToString(sum[:16])
+		}
+	}
+	return b.String()
+}
+
+func safeByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("._-@/+=,;:!~", c) >= 0
+}

@@ -1,0 +1,79 @@
+// Package fixedwindow is the fixed-window counter: at most limit hits per
+// window, windows aligned to Redis time plus an optional offset.
+package fixedwindow
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+//go:embed script.lua
+var script string
+
+// Name is the plugin's name in rule files.
+const Name = "fixedwindow"
+
+// Config is the parsed rule config.
+type Config struct {
+	Limit  int64         // hits allowed per window, at least 1
+	Window time.Duration // window length, at least 1ms
+	Offset time.Duration // shift of window boundaries, 0 <= offset < window
+}
+
+// Plugin is the fixed-window algorithm. The zero value is ready to use.
+type Plugin struct{}
+
+// New returns the plugin.
+func New() sdk.Algorithm { return Plugin{} }
+
+// Info implements sdk.Algorithm.
+func (Plugin) Info() sdk.Info {
+	return sdk.Info{Name: Name, Version: "1.0.0", Scripts: []sdk.Script{{
+		Name:     "decide",
+		Source:   script,
+		Commands: []string{"HMGET", "HGET", "HSET", "HDEL", "PEXPIRE"},
+	}}}
+}
+
+// Configure implements sdk.Algorithm.
+func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
+	r := sdk.NewConfigReader(raw)
+	c := Config{
+		Limit:  r.RequireInt("limit"),
+		Window: r.RequireDuration("window"),
+		Offset: r.Duration("offset", 0),
+	}
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	r.Check(c.Limit >= 1, "limit", "must be at least 1, got %d", c.Limit)
+	r.Check(c.Window >= time.Millisecond, "window", "must be at least 1ms, got %s", c.Window)
+	r.Check(c.Window%time.Microsecond == 0, "window", "must be a whole number of microseconds")
+	r.Check(c.Offset >= 0 && c.Offset < c.Window, "offset", "must be at least 0 and less than window (%s), got %s", c.Window, c.Offset)
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Decide implements sdk.Algorithm.
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Decision{}, fmt.Errorf("fixedwindow: config of type %T", cfg)
+	}
+	best := 0
+	if req.BestEffort {
+		best = 1
+	}
+	reply, err := h.Eval(ctx, "decide", []string{"c", "d"},
+		c.Limit, c.Window.Microseconds(), c.Offset.Microseconds(), req.Hits, req.DedupID, best)
+	if err != nil {
+		return sdk.Decision{}, err
+	}
+	return sdk.DecisionFromReply(reply, c.Window)
+}

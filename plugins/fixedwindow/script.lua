@@ -1,0 +1,90 @@
+-- fixedwindow: a counter per window aligned to Redis time plus an offset.
+-- KEYS[1] counter hash {s = window start (us), n = count}
+-- KEYS[2] dedup hash {dedup_id = "<window start>:<granted>"}
+-- ARGV: limit, window_us, offset_us, hits, dedup_id, best_effort (0|1)
+-- Reply: {allowed, granted, limit, remaining, reset_us, retry_after_us}
+-- All time values are integers in microseconds; Lua numbers are doubles,
+-- exact for integers below 2^53, and math.fmod is exact, so no rounding
+-- happens anywhere. Stored times are written with %d, never tostring.
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local offset = tonumber(ARGV[3])
+local hits = tonumber(ARGV[4])
+local dedup = ARGV[5]
+local best = ARGV[6] == '1'
+
+local now = ruled_now_us()
+local start = now - math.fmod(now - offset, window)
+local reset = start + window - now
+local ttl_ms = math.floor(reset / 1000) + 1000
+local start_s = string.format('%d', start)
+
+local cur = redis.call('HMGET', KEYS[1], 's', 'n')
+local count = 0
+if cur[1] == start_s then
+  count = tonumber(cur[2]) or 0
+end
+
+-- granted amount recorded for dedup in this window, or nil
+local function recorded()
+  if dedup == '' then return nil end
+  local prev = redis.call('HGET', KEYS[2], dedup)
+  if not prev then return nil end
+  local sep = string.find(prev, ':', 1, true)
+  if not sep or string.sub(prev, 1, sep - 1) ~= start_s then return nil end
+  return tonumber(string.sub(prev, sep + 1))
+end
+
+local function store()
+  redis.call('HSET', KEYS[1], 's', start_s, 'n', count)
+  redis.call('PEXPIRE', KEYS[1], ttl_ms)
+end
+
+if hits == 0 then
+  local remaining = math.max(limit - count, 0)
+  if remaining > 0 then
+    return {1, 0, limit, remaining, reset, 0}
+  end
+  return {0, 0, limit, 0, reset, reset}
+end
+
+if hits < 0 then
+  local refund = -hits
+  if dedup ~= '' then
+    local g = recorded()
+    if g == nil then
+      refund = 0
+    else
+      refund = math.min(refund, g)
+      redis.call('HDEL', KEYS[2], dedup)
+    end
+  end
+  refund = math.min(refund, count)
+  if refund > 0 then
+    count = count - refund
+    store()
+  end
+  return {1, -refund, limit, limit - count, reset, 0}
+end
+
+local g = recorded()
+if g ~= nil then
+  return {1, g, limit, math.max(limit - count, 0), reset, 0}
+end
+
+local granted = 0
+if count + hits <= limit then
+  granted = hits
+elseif best and count < limit then
+  granted = limit - count
+end
+if granted > 0 then
+  count = count + granted
+  store()
+  if dedup ~= '' then
+    redis.call('HSET', KEYS[2], dedup, start_s .. ':' .. string.format('%d', granted))
+    redis.call('PEXPIRE', KEYS[2], ttl_ms)
+  end
+  return {1, granted, limit, limit - count, reset, 0}
+end
+return {0, 0, limit, math.max(limit - count, 0), reset, reset}

@@ -1,0 +1,227 @@
+// Package plugintest is the conformance kit for ruled plugins. It runs an
+// sdk.Algorithm against a real redis-server (started on a free loopback port)
+// with a clock injected through the host, and compares every decision with a
+// reference model written in Go.
+//
+//	env := plugintest.NewEnv(t)
+//	steps := plugintest.RandomSteps(rng, 500, plugintest.StepOptions{...})
+//	env.Conform(t, myplugin.New(), rawConfig, func(c sdk.Config) plugintest.Model {
+//		return myplugin.NewModel(c.(myplugin.Config))
+//	}, steps)
+package plugintest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// Model is a reference model of an algorithm: given the time in
+// microseconds and a request, the decision the algorithm must make.
+type Model interface {
+	Decide(nowUS int64, r sdk.Request) sdk.Decision
+}
+
+// Clock is a settable clock in microseconds, shared by every capability of
+// an Env. It starts at a realistic Unix time so that scripts see full-size
+// timestamps.
+type Clock struct{ us atomic.Int64 }
+
+// StartUS is the clock's initial value: a Unix time in microseconds with
+// non-zero low digits.
+const StartUS int64 = 1_790_000_000_123_457
+
+// Now returns the current time in microseconds.
+func (c *Clock) Now() int64 { return c.us.Load() }
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+
+// Env is a real redis-server and an injected clock.
+type Env struct {
+	tb    testing.TB
+	Redis *redistest.Server
+	Clock *Clock
+}
+
+// NewEnv starts a redis-server for the test.
+func NewEnv(tb testing.TB) *Env {
+	tb.Helper()
+	e := &Env{tb: tb, Redis: redistest.Start(tb), Clock: &Clock{}}
+	e.Clock.us.Store(StartUS)
+	return e
+}
+
+// Capability returns a new capability with its own Redis connection pool and
+// the env's clock, as a separate ruled instance would have.
+func (e *Env) Capability() *capability.Capability {
+	client := redis.NewClient(&redis.Options{Addr: e.Redis.Addr(), ContextTimeoutEnabled: true})
+	e.tb.Cleanup(func() { _ = client.Close() })
+	return capability.New(client, capability.Options{Timeout: 5 * time.Second, Clock: e.Clock.Now})
+}
+
+// Register registers alg's scripts with a capability and fails the test on error.
+func Register(tb testing.TB, c *capability.Capability, alg sdk.Algorithm) *capability.Plugin {
+	tb.Helper()
+	info := alg.Info()
+	p, err := c.Register(info.Name, info.Scripts)
+	if err != nil {
+		tb.Fatalf("registering %s: %v", info.Name, err)
+	}
+	return p
+}
+
+// Configure configures alg and fails the test on error.
+func Configure(tb testing.TB, alg sdk.Algorithm, raw map[string]any) sdk.Config {
+	tb.Helper()
+	cfg, err := alg.Configure(raw)
+	if err != nil {
+		tb.Fatalf("configure %v: %v", raw, err)
+	}
+	return cfg
+}
+
+// Step is one request of a sequence, made after the clock moved by Advance.
+type Step struct {
+	Advance time.Duration
+	Req     sdk.Request
+}
+
+func (s Step) String() string {
+	return fmt.Sprintf("+%v %q hits=%d dedup=%q best=%v", s.Advance, s.Req.Subject, s.Req.Hits, s.Req.DedupID, s.Req.BestEffort)
+}
+
+// StepOptions shape RandomSteps.
+type StepOptions struct {
+	Subjects   int           // distinct subjects (default 1)
+	MaxAdvance time.Duration // largest clock step (default 0: the clock stands still)
+	MaxHits    int64         // hits drawn from [MinHits, MaxHits] (default 1)
+	MinHits    int64         // may be 0 (peek) or negative (refund)
+	Dedup      float64       // probability of a dedup id drawn from a small set
+	BestEffort float64       // probability of best_effort
+}
+
+// RandomSteps draws n steps.
+func RandomSteps(rng *rand.Rand, n int, o StepOptions) []Step {
+	if o.Subjects < 1 {
+		o.Subjects = 1
+	}
+	if o.MaxHits < o.MinHits {
+		o.MaxHits = o.MinHits
+	}
+	if o.MaxHits == 0 && o.MinHits == 0 {
+		o.MaxHits, o.MinHits = 1, 1
+	}
+	steps := make([]Step, n)
+	for i := range steps {
+		s := Step{Req: sdk.Request{
+			Subject: fmt.Sprintf("subject-%d", rng.IntN(o.Subjects)),
+			Hits:    o.MinHits + rng.Int64N(o.MaxHits-o.MinHits+1),
+		}}
+		if o.MaxAdvance > 0 {
+			s.Advance = time.Duration(rng.Int64N(int64(o.MaxAdvance)/1000+1)) * time.Microsecond * 1000
+			if rng.IntN(4) == 0 { // odd microseconds too
+				s.Advance += time.Duration(rng.IntN(1000)) * time.Microsecond
+			}
+		}
+		if rng.Float64() < o.Dedup {
+			s.Req.DedupID = fmt.Sprintf("d%d", rng.IntN(8))
+		}
+		s.Req.BestEffort = rng.Float64() < o.BestEffort
+		steps[i] = s
+	}
+	return steps
+}
+
+// Conform runs steps through alg on real Redis and through the model, and
+// fails at the first decision that differs in any field.
+func (e *Env) Conform(t testing.TB, alg sdk.Algorithm, raw map[string]any, newModel func(sdk.Config) Model, steps []Step) {
+	t.Helper()
+	cfg := Configure(t, alg, raw)
+	model := newModel(cfg)
+	plugin := Register(t, e.Capability(), alg)
+	rule := fmt.Sprintf("conform-%d", rand.Int64())
+	ctx := context.Background()
+	for i, s := range steps {
+		e.Clock.Advance(s.Advance)
+		got, err := alg.Decide(ctx, plugin.Host(rule, s.Req.Subject), cfg, s.Req)
+		if err != nil {
+			t.Fatalf("step %d (%v): %v", i, s, err)
+		}
+		want := model.Decide(e.Clock.Now(), s.Req)
+		if got != want {
+			t.Fatalf("step %d (%v) at t=%d:\n got %+v\nwant %+v\nhistory:\n%s",
+				i, s, e.Clock.Now()-StartUS, got, want, history(steps, i))
+		}
+	}
+}
+
+func history(steps []Step, upto int) string {
+	var b strings.Builder
+	for i := max(0, upto-15); i <= upto; i++ {
+		fmt.Fprintf(&b, "  %3d %v\n", i, steps[i])
+	}
+	return b.String()
+}
+
+// Hammer sends req from goroutines goroutines on each of instances separate
+// capabilities (separate connection pools, as separate ruled instances), each
+// goroutine perG times, with the clock standing still, and returns the total
+// granted. Errors fail the test.
+func (e *Env) Hammer(t testing.TB, alg sdk.Algorithm, raw map[string]any, instances, goroutines, perG int, req sdk.Request) int64 {
+	t.Helper()
+	cfg := Configure(t, alg, raw)
+	rule := fmt.Sprintf("hammer-%d", rand.Int64())
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, instances*goroutines)
+	for range instances {
+		plugin := Register(t, e.Capability(), alg)
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h := plugin.Host(rule, req.Subject)
+				for range perG {
+					d, err := alg.Decide(context.Background(), h, cfg, req)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if d.Allowed {
+						granted.Add(d.Granted)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("hammer: %v", err)
+	}
+	return granted.Load()
+}
+
+// Replay feeds n copies of req to model at the same instant and returns the
+// total granted: what Hammer must match.
+func Replay(model Model, nowUS int64, n int, req sdk.Request) int64 {
+	var total int64
+	for range n {
+		if d := model.Decide(nowUS, req); d.Allowed {
+			total += d.Granted
+		}
+	}
+	return total
+}

@@ -1,0 +1,140 @@
+package sdk
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Reply is a script's reply as Redis returns it from Lua: nil, an integer,
+// a string (status replies included), or an array of replies.
+// Lua numbers become integers (truncated); Lua tables become arrays.
+type Reply struct {
+	v any // nil, int64, string or []Reply
+}
+
+// NewReply converts a decoded Redis value (nil, int64, string, []any, or an
+// already built Reply) into a Reply. Other types become their string form.
+func NewReply(v any) Reply {
+	switch t := v.(type) {
+	case nil:
+		return Reply{}
+	case Reply:
+		return t
+	case int64:
+		return Reply{v: t}
+	case int:
+		return Reply{v: int64(t)}
+	case string:
+		return Reply{v: t}
+	case []byte:
+		return Reply{v: string(t)}
+	case []any:
+		arr := make([]Reply, len(t))
+		for i, e := range t {
+			arr[i] = NewReply(e)
+		}
+		return Reply{v: arr}
+	case []Reply:
+		return Reply{v: t}
+	case []int64:
+		arr := make([]Reply, len(t))
+		for i, e := range t {
+			arr[i] = Reply{v: e}
+		}
+		return Reply{v: arr}
+	default:
+		return Reply{v: fmt.Sprint(t)}
+	}
+}
+
+// IntsReply builds an array reply of integers.
+func IntsReply(vs ...int64) Reply { return NewReply(vs) }
+
+// Value returns the underlying value: nil, int64, string or []Reply.
+func (r Reply) Value() any { return r.v }
+
+// IsNil reports whether the reply is nil.
+func (r Reply) IsNil() bool { return r.v == nil }
+
+// Int64 returns an integer reply, or a string reply that parses as one.
+func (r Reply) Int64() (int64, error) {
+	switch t := r.v.(type) {
+	case int64:
+		return t, nil
+	case string:
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("sdk: reply %q is not an integer", t)
+		}
+		return n, nil
+	default:
+		return 0, fmt.Errorf("sdk: reply %v is not an integer", r.v)
+	}
+}
+
+// Str returns a string reply, or the decimal form of an integer reply.
+func (r Reply) Str() (string, error) {
+	switch t := r.v.(type) {
+	case string:
+		return t, nil
+	case int64:
+		return strconv.FormatInt(t, 10), nil
+	default:
+		return "", fmt.Errorf("sdk: reply %v is not a string", r.v)
+	}
+}
+
+// Array returns the elements of an array reply.
+func (r Reply) Array() ([]Reply, error) {
+	arr, ok := r.v.([]Reply)
+	if !ok {
+		return nil, fmt.Errorf("sdk: reply %v is not an array", r.v)
+	}
+	return arr, nil
+}
+
+// Ints returns an array reply whose elements are all integers, and checks
+// that it has at least min elements.
+func (r Reply) Ints(min int) ([]int64, error) {
+	arr, err := r.Array()
+	if err != nil {
+		return nil, err
+	}
+	if len(arr) < min {
+		return nil, fmt.Errorf("sdk: reply has %d elements, want at least %d", len(arr), min)
+	}
+	out := make([]int64, len(arr))
+	for i, e := range arr {
+		if out[i], err = e.Int64(); err != nil {
+			return nil, fmt.Errorf("sdk: element %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// DecisionFromReply decodes the conventional decision reply that the
+// built-in scripts return:
+//
+//	{allowed (0|1), granted, limit, remaining, reset_us, retry_after_us [, delay_us]}
+//
+// Times are integer microseconds. window is copied into Decision.Window.
+func DecisionFromReply(r Reply, window time.Duration) (Decision, error) {
+	v, err := r.Ints(6)
+	if err != nil {
+		return Decision{}, fmt.Errorf("decision reply: %w", err)
+	}
+	d := Decision{
+		Allowed:    v[0] == 1,
+		Granted:    v[1],
+		Limit:      v[2],
+		Remaining:  v[3],
+		Window:     window,
+		Reset:      time.Duration(v[4]) * time.Microsecond,
+		RetryAfter: time.Duration(v[5]) * time.Microsecond,
+	}
+	if len(v) > 6 {
+		d.Delay = time.Duration(v[6]) * time.Microsecond
+	}
+	return d, nil
+}
