@@ -1,0 +1,36 @@
+# ruled — common tasks. `make run` and `make test` are the two set-up commands.
+GO        ?= go
+LISTEN    ?= 127.0.0.1:8080
+RULES     ?= examples/rules
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+
+.PHONY: run test deps build lint fmt bench
+
+## run: install redis-server if missing, then serve examples/rules on 127.0.0.1:8080
+run: deps build
+	./bin/ruled serve --rules $(RULES) --listen $(LISTEN)
+
+## test: install redis-server if missing, then vet, format check and the race-enabled tests
+test: deps
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+deps:
+	@./scripts/deps.sh
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ruled ./cmd/ruled
+
+## lint: staticcheck (installed into GOPATH/bin on first use)
+lint:
+	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...
+
+fmt:
+	gofmt -w .
+
+## bench: Go benchmarks of every layer against a real redis-server
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...

@@ -1,0 +1,60 @@
+// Command ruled is the rate-limit policy daemon and its tools.
+//
+//	ruled serve   --rules PATH [--listen 127.0.0.1:8080] [--redis URL] ...
+//	ruled check   PATH
+//	ruled version
+//
+// Every flag also reads an environment variable: --redis-timeout is
+// RULED_REDIS_TIMEOUT, and so on. A flag on the command line wins.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `ruled decides whether a request may go ahead, for many machines at once.
+
+Usage:
+  ruled serve --rules PATH [flags]   run the daemon (ruled serve -h lists the flags)
+  ruled check PATH                   validate rule files; exit 1 on error
+  ruled version                      print the version
+
+PATH is a rule file or a directory of *.yaml files.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stdout, stderr)
+	case "check":
+		return check(args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintf(stdout, "ruled %s\n", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "ruled: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/httpapi"
+	"github.com/ruled-dev/ruled/host/store"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+)
+
+type serveConfig struct {
+	rules        string
+	listen       string
+	redis        string
+	dataDir      string
+	redisTimeout time.Duration
+	logLevel     string
+	logFormat    string
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c serveConfig
+	fs := newFlagSet("serve", stderr)
+	fs.StringVar(&c.rules, "rules", "", "rule file or directory of *.yaml (required)")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "HTTP listen address")
+	fs.StringVar(&c.redis, "redis", "", "Redis URL: redis://, rediss://, unix://, redis+sentinel://, redis+cluster:// or host:port,host:port; empty starts a private redis-server")
+	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the managed redis-server's socket (default: a private temporary directory)")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", capability.DefaultTimeout, "time-out of one Redis call; past it the rule's on_error applies")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	if err := parseWithEnv(fs, args); err != nil {
+		return 2
+	}
+	if c.rules == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "ruled serve: --rules PATH is required (and takes no other arguments)")
+		fs.Usage()
+		return 2
+	}
+	log, err := newLogger(stderr, c.logLevel, c.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
+		return 2
+	}
+	if err := runServer(ctx, c, log, stderr); err != nil {
+		log.Error("ruled stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	}
+}
+
+func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.Writer) error {
+	// Validate the rules before anything starts: a bad file refuses to serve.
+	if _, err := rulesLoad(c.rules); err != nil {
+		printRuleErrors(stderr, err)
+		return fmt.Errorf("rules in %s are invalid", c.rules)
+	}
+
+	st, err := store.Open(ctx, store.Options{URL: c.redis, DataDir: c.dataDir, Timeout: c.redisTimeout, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	log.Info("redis", "store", st.Describe())
+
+	cap := capability.New(st.Client(), capability.Options{Timeout: c.redisTimeout, Logger: log})
+	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtin.All(), Logger: log})
+	if err != nil {
+		return err
+	}
+	set, err := engine.Load(c.rules)
+	if err != nil {
+		printRuleErrors(stderr, err)
+		return fmt.Errorf("rules in %s are invalid", c.rules)
+	}
+	log.Info("rules loaded", "path", c.rules, "rules", len(set.Rules()))
+	preloadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := engine.Preload(preloadCtx); err != nil {
+		log.Warn("scripts not preloaded; they load on first use", "err", err)
+	}
+	cancel()
+
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.listen, err)
+	}
+	srv := &http.Server{
+		Handler: httpapi.New(httpapi.Options{
+			Checker: engine,
+			Ready:   st.Ping,
+			Logger:  log,
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("ruled serving", "listen", ln.Addr().String(), "version", version)
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			if set, err := engine.Load(c.rules); err != nil {
+				log.Error("reload failed; the previous rules keep serving", "path", c.rules, "err", err)
+			} else {
+				log.Info("rules reloaded", "path", c.rules, "rules", len(set.Rules()))
+			}
+		case err := <-served:
+			return fmt.Errorf("http server: %w", err)
+		case <-ctx.Done():
+			log.Info("shutting down")
+			shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http shutdown: %w", err)
+			}
+			return nil
+		}
+	}
+}

@@ -1,0 +1,269 @@
+// Package host is the core of the ruled daemon: the Engine that takes a
+// request through the rules, the plugins and the Redis capability to a
+// combined decision. It is the only package that knows the whole path.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/rules"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// Request is the HTTP-level view of a request that rules match against.
+type Request = rules.Request
+
+// CheckRequest is one question put to the engine.
+type CheckRequest struct {
+	Request    Request
+	Attrs      map[string]string
+	Hits       int64 // 0 peeks; negative refunds where the plugin supports it
+	DedupID    string
+	BestEffort bool
+}
+
+// Degraded says how a decision was made when it could not be made by the
+// plugin: the rule's on_error policy.
+type Degraded string
+
+// Degraded values; empty means the plugin decided.
+const (
+	DegradedNone  Degraded = ""
+	DegradedAllow Degraded = "allow"
+	DegradedDeny  Degraded = "deny"
+	DegradedLocal Degraded = "local"
+)
+
+// RuleResult is one matching rule's decision.
+type RuleResult struct {
+	Rule     string
+	Subject  string
+	Plugin   string
+	Shadow   bool
+	Degraded Degraded
+	// Err is why the decision is degraded, if it is.
+	Err error
+	sdk.Decision
+}
+
+// Result is the combined decision for a request.
+type Result struct {
+	// Allowed is true when every non-shadow rule allowed.
+	Allowed bool
+	// FailClosed is true when the request was denied by an on_error: deny
+	// policy rather than by a limit (HTTP answers 503).
+	FailClosed bool
+	// RetryAfter is the longest retry-after among the denying rules.
+	RetryAfter time.Duration
+	// Results holds one entry per evaluated rule, in rule order.
+	Results []RuleResult
+}
+
+// Policy returns the most restrictive non-shadow result, the one whose
+// numbers the RateLimit headers report, and false when there is none.
+func (r *Result) Policy() (RuleResult, bool) {
+	best, found := RuleResult{}, false
+	for _, rr := range r.Results {
+		if rr.Shadow || rr.Limit <= 0 {
+			continue
+		}
+		if !found || moreRestrictive(rr, best) {
+			best, found = rr, true
+		}
+	}
+	return best, found
+}
+
+func moreRestrictive(a, b RuleResult) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if !a.Allowed {
+		return a.RetryAfter > b.RetryAfter
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.Reset > b.Reset
+}
+
+// Options configure an Engine.
+type Options struct {
+	// Capability runs plugin scripts. Required.
+	Capability *capability.Capability
+	// Plugins are the algorithms rules may name (the built-ins, usually).
+	Plugins []sdk.Algorithm
+	// Logger is the daemon's logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Engine answers checks. It is safe for concurrent use; Load swaps the rule
+// set atomically and in-flight checks finish on the set they started with.
+type Engine struct {
+	cap     *capability.Capability
+	log     *slog.Logger
+	plugins map[string]*plugin
+	set     atomic.Pointer[rules.Set]
+}
+
+type plugin struct {
+	alg sdk.Algorithm
+	reg *capability.Plugin
+}
+
+// NewEngine registers the plugins' scripts with the capability and returns
+// an engine with an empty rule set.
+func NewEngine(o Options) (*Engine, error) {
+	if o.Capability == nil {
+		return nil, errors.New("host: engine needs a capability")
+	}
+	e := &Engine{cap: o.Capability, log: o.Logger, plugins: map[string]*plugin{}}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	for _, alg := range o.Plugins {
+		info := alg.Info()
+		if _, dup := e.plugins[info.Name]; dup {
+			return nil, fmt.Errorf("host: plugin %q registered twice", info.Name)
+		}
+		reg, err := o.Capability.Register(info.Name, info.Scripts)
+		if err != nil {
+			return nil, fmt.Errorf("host: %w", err)
+		}
+		e.plugins[info.Name] = &plugin{alg: alg, reg: reg}
+	}
+	empty, err := rules.Compile(&rules.Files{}, e)
+	if err != nil {
+		return nil, fmt.Errorf("host: empty rule set: %w", err)
+	}
+	e.set.Store(empty)
+	return e, nil
+}
+
+// Lookup implements rules.Catalog.
+func (e *Engine) Lookup(name string) (sdk.Algorithm, bool) {
+	p, ok := e.plugins[name]
+	if !ok {
+		return nil, false
+	}
+	return p.alg, true
+}
+
+// Load compiles the rule files at path and, only if they are valid, makes
+// them the serving set. On error the old set keeps serving; the error is a
+// rules.ErrorList with every problem and its position.
+func (e *Engine) Load(path string) (*rules.Set, error) {
+	set, err := rules.Load(path, e)
+	if err != nil {
+		return nil, err
+	}
+	e.set.Store(set)
+	return set, nil
+}
+
+// Rules returns the serving rule set.
+func (e *Engine) Rules() *rules.Set { return e.set.Load() }
+
+// Preload loads every plugin's scripts into Redis, so that the first
+// decisions do not pay for it. Failure is not fatal: scripts load on demand.
+func (e *Engine) Preload(ctx context.Context) error {
+	var errs []error
+	for _, p := range e.plugins {
+		errs = append(errs, p.reg.Preload(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Check decides a request against every matching rule.
+//
+// Rules are applied in order. When a non-shadow rule denies, the rules after
+// it are not evaluated and what the rules before it granted is refunded, so
+// that a denied request does not use up the other rules' quota.
+func (e *Engine) Check(ctx context.Context, req *CheckRequest) Result {
+	set := e.set.Load()
+	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
+	sels := set.Match(&in)
+	res := Result{Allowed: true, Results: make([]RuleResult, 0, len(sels))}
+	for _, sel := range sels {
+		rr := e.decide(ctx, sel, req)
+		res.Results = append(res.Results, rr)
+		if rr.Shadow || rr.Allowed {
+			continue
+		}
+		res.Allowed = false
+		res.RetryAfter = max(res.RetryAfter, rr.RetryAfter)
+		if rr.Degraded == DegradedDeny {
+			res.FailClosed = true
+		}
+		e.refund(ctx, sels, res.Results, req)
+		break
+	}
+	return res
+}
+
+func (e *Engine) decide(ctx context.Context, sel rules.Selection, req *CheckRequest) RuleResult {
+	rule := sel.Rule
+	rr := RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow}
+	err := sel.Err
+	if err == nil {
+		p := e.plugins[rule.Plugin]
+		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
+		rr.Decision, err = safeDecide(ctx, p, rule.Name, sel.Config, sreq)
+	}
+	if err != nil {
+		e.degrade(&rr, rule, req.Hits, err)
+	}
+	return rr
+}
+
+// safeDecide runs a plugin's Decide and turns a panic into an error, so that
+// a faulty plugin costs an error decision, never the daemon.
+func safeDecide(ctx context.Context, p *plugin, rule string, cfg sdk.Config, r sdk.Request) (d sdk.Decision, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("plugin %s panicked: %v", p.alg.Info().Name, v)
+		}
+	}()
+	return p.alg.Decide(ctx, p.reg.Host(rule, r.Subject), cfg, r)
+}
+
+// degrade applies the rule's failure policy to a decision that failed.
+func (e *Engine) degrade(rr *RuleResult, rule *rules.Rule, hits int64, err error) {
+	rr.Err = err
+	rr.Decision = sdk.Decision{}
+	switch rule.OnError {
+	case rules.OnErrorDeny:
+		rr.Degraded = DegradedDeny
+	default:
+		// on_error: local falls back to allow until the in-process limiter
+		// exists; the result still says it was degraded.
+		rr.Degraded = DegradedAllow
+		rr.Allowed = true
+		rr.Granted = max(hits, 0)
+	}
+	e.log.Warn("decision degraded", "rule", rule.Name, "plugin", rule.Plugin, "policy", string(rr.Degraded),
+		"class", string(capability.ClassOf(err)), "err", err)
+}
+
+// refund gives back what the evaluated rules granted to a request that was
+// denied in the end. Only plugin-granted units are refunded; a refund that
+// fails is logged and otherwise ignored (the units expire with the window).
+func (e *Engine) refund(ctx context.Context, sels []rules.Selection, done []RuleResult, req *CheckRequest) {
+	for i, rr := range done {
+		if rr.Degraded != DegradedNone || !rr.Allowed || rr.Granted <= 0 {
+			continue
+		}
+		sel := sels[i]
+		p := e.plugins[sel.Rule.Plugin]
+		back := sdk.Request{Subject: sel.Subject, Hits: -rr.Granted, DedupID: req.DedupID, Attrs: req.Attrs}
+		if _, err := safeDecide(ctx, p, sel.Rule.Name, sel.Config, back); err != nil {
+			e.log.Warn("refund failed", "rule", sel.Rule.Name, "err", err)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package host_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+)
+
+// newEngine returns an engine with its own Redis connection pool, as a
+// separate ruled instance would have, serving the rules in yaml.
+func newEngine(t *testing.T, srv *redistest.Server, yaml string, timeout time.Duration) *host.Engine {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = client.Close() })
+	cap := capability.New(client, capability.Options{Timeout: timeout})
+	e, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtin.All()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Load(path); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	return e
+}
+
+func check(e *host.Engine, ip string) host.Result {
+	return e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: ip, Method: "GET", Path: "/"}, Hits: 1})
+}
+
+const perIP = `
+rules:
+  - name: per-ip
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 40, window: 1h}
+`
+
+func TestTwoInstancesAdmitExactlyTheLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	engines := []*host.Engine{newEngine(t, srv, perIP, 5*time.Second), newEngine(t, srv, perIP, 5*time.Second)}
+	var allowed, denied atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func(e *host.Engine) {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				res := check(e, "198.51.100.1")
+				if len(res.Results) != 1 || res.Results[0].Degraded != "" {
+					t.Errorf("unexpected result %+v", res)
+					return
+				}
+				if res.Allowed {
+					allowed.Add(1)
+				} else {
+					denied.Add(1)
+				}
+			}
+		}(engines[g%2])
+	}
+	wg.Wait()
+	if allowed.Load() != 40 || denied.Load() != 120 {
+		t.Fatalf("allowed %d denied %d, want exactly 40 and 120", allowed.Load(), denied.Load())
+	}
+}
+
+func TestRedisRestartNeedsNoOperator(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, perIP, 2*time.Second)
+	if res := check(e, "a"); !res.Allowed || res.Results[0].Degraded != "" {
+		t.Fatalf("before: %+v", res)
+	}
+	// Scripts flushed while running.
+	if err := srv.Client().ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res := check(e, "a"); !res.Allowed || res.Results[0].Degraded != "" || res.Results[0].Remaining != 38 {
+		t.Fatalf("after SCRIPT FLUSH: %+v", res.Results)
+	}
+	// A restarted server: data and scripts gone.
+	srv.Restart()
+	var res host.Result
+	for i := 0; i < 20; i++ { // the pool may hold connections to the dead server
+		if res = check(e, "a"); res.Results[0].Degraded == "" {
+			break
+		}
+	}
+	if !res.Allowed || res.Results[0].Degraded != "" || res.Results[0].Remaining != 39 {
+		t.Fatalf("after restart: %+v", res.Results)
+	}
+}
+
+func TestOnErrorPolicies(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, `
+rules:
+  - name: open
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 5, window: 1m}
+    on_error: allow
+  - name: closed
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 5, window: 1m}
+    on_error: deny
+`, 300*time.Millisecond)
+	srv.Kill()
+	start := time.Now()
+	res := check(e, "a")
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("decision took %v with Redis down", took)
+	}
+	if res.Allowed || !res.FailClosed || len(res.Results) != 2 {
+		t.Fatalf("result %+v, want denied fail-closed with both rules", res)
+	}
+	if r := res.Results[0]; !r.Allowed || r.Degraded != host.DegradedAllow || !capability.Unavailable(r.Err) {
+		t.Fatalf("open rule: %+v", r)
+	}
+	if r := res.Results[1]; r.Allowed || r.Degraded != host.DegradedDeny {
+		t.Fatalf("closed rule: %+v", r)
+	}
+}
+
+func TestDeniedRequestUsesNoOtherQuota(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, `
+rules:
+  - name: wide
+    subject: '"global"'
+    plugin: fixedwindow
+    config: {limit: 100, window: 1h}
+  - name: narrow
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 3, window: 1h}
+`, 5*time.Second)
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				if check(e, "203.0.113.9").Allowed {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed.Load() != 3 {
+		t.Fatalf("allowed %d, want 3", allowed.Load())
+	}
+	peek := e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: "198.51.100.200"}, Hits: 0})
+	if peek.Results[0].Rule != "wide" || peek.Results[0].Remaining != 97 {
+		t.Fatalf("wide rule remaining %+v, want 97: denied requests must not use its quota", peek.Results[0])
+	}
+}

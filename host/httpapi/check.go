@@ -1,0 +1,227 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ruled-dev/ruled/host"
+)
+
+// MaxHits bounds the absolute value of hits in a check.
+const MaxHits = 1_000_000_000
+
+// maxDedupID bounds the length of a dedup id.
+const maxDedupID = 256
+
+// checkBody is the JSON body of POST /v1/check.
+type checkBody struct {
+	Request    requestBody       `json:"request"`
+	Attrs      map[string]string `json:"attrs"`
+	Hits       *int64            `json:"hits"`
+	DedupID    string            `json:"dedup_id"`
+	BestEffort bool              `json:"best_effort"`
+}
+
+type requestBody struct {
+	IP      string            `json:"ip"`
+	Method  string            `json:"method"`
+	Path    string            `json:"path"`
+	Host    string            `json:"host"`
+	User    string            `json:"user"`
+	Headers map[string]string `json:"headers"`
+	Query   map[string]string `json:"query"`
+}
+
+// decodeCheck reads and validates a check body. Every failure is a 400 with
+// a code and a message that names the problem.
+func decodeCheck(w http.ResponseWriter, r *http.Request) (*host.CheckRequest, *Error) {
+	var body checkBody
+	if e := decodeJSON(w, r, &body); e != nil {
+		return nil, e
+	}
+	return body.toRequest()
+}
+
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) *Error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) {
+			return jsonError(err)
+		}
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_json", Message: "unexpected data after the JSON object"}
+	}
+	return nil
+}
+
+func jsonError(err error) *Error {
+	bad := func(code, format string, args ...any) *Error {
+		return &Error{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
+	}
+	var maxErr *http.MaxBytesError
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &maxErr):
+		return bad("body_too_large", "request body is larger than %d bytes", maxErr.Limit)
+	case errors.Is(err, io.EOF):
+		return bad("invalid_json", "request body is empty; want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return bad("invalid_json", "request body ends in the middle of the JSON object")
+	case errors.As(err, &syntaxErr):
+		return bad("invalid_json", "invalid JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return bad("invalid_field", "%s: want %s, got %s", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return bad("unknown_field", "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	default:
+		return bad("invalid_json", "%v", err)
+	}
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int64", "int":
+		return "an integer"
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "map", "struct":
+		return "an object"
+	default:
+		return goKind
+	}
+}
+
+func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
+	bad := func(format string, args ...any) (*host.CheckRequest, *Error) {
+		return nil, &Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: fmt.Sprintf(format, args...)}
+	}
+	hits := int64(1)
+	if b.Hits != nil {
+		hits = *b.Hits
+	}
+	if hits < -MaxHits || hits > MaxHits {
+		return bad("hits: must be between %d and %d, got %d", -MaxHits, MaxHits, hits)
+	}
+	if len(b.DedupID) > maxDedupID {
+		return bad("dedup_id: at most %d bytes, got %d", maxDedupID, len(b.DedupID))
+	}
+	req := &host.CheckRequest{
+		Request: host.Request{
+			IP: b.Request.IP, Method: b.Request.Method, Path: b.Request.Path, Host: b.Request.Host,
+			User: b.Request.User, Headers: lowerKeys(b.Request.Headers), Query: b.Request.Query,
+		},
+		Attrs:      b.Attrs,
+		Hits:       hits,
+		DedupID:    b.DedupID,
+		BestEffort: b.BestEffort,
+	}
+	return req, nil
+}
+
+// lowerKeys returns headers with lower-case names, reusing the map when the
+// names already are.
+func lowerKeys(h map[string]string) map[string]string {
+	for k := range h {
+		if k != strings.ToLower(k) {
+			out := make(map[string]string, len(h))
+			for k, v := range h {
+				out[strings.ToLower(k)] = v
+			}
+			return out
+		}
+	}
+	return h
+}
+
+// checkAnswer is the JSON body of a check answer.
+type checkAnswer struct {
+	Allowed      bool           `json:"allowed"`
+	RetryAfterMS int64          `json:"retry_after_ms"`
+	Results      []resultAnswer `json:"results"`
+}
+
+type resultAnswer struct {
+	Rule         string `json:"rule"`
+	Subject      string `json:"subject"`
+	Plugin       string `json:"plugin"`
+	Allowed      bool   `json:"allowed"`
+	Granted      int64  `json:"granted"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetMS      int64  `json:"reset_ms"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	DelayMS      int64  `json:"delay_ms"`
+	Shadow       bool   `json:"shadow"`
+	Degraded     string `json:"degraded"`
+	Error        string `json:"error,omitempty"`
+}
+
+func encodeResult(res *host.Result) *checkAnswer {
+	a := &checkAnswer{Allowed: res.Allowed, RetryAfterMS: ceilMS(res.RetryAfter), Results: make([]resultAnswer, len(res.Results))}
+	for i, rr := range res.Results {
+		ra := resultAnswer{
+			Rule: rr.Rule, Subject: rr.Subject, Plugin: rr.Plugin, Allowed: rr.Allowed,
+			Granted: rr.Granted, Limit: rr.Limit, Remaining: rr.Remaining,
+			ResetMS: ceilMS(rr.Reset), RetryAfterMS: ceilMS(rr.RetryAfter), DelayMS: ceilMS(rr.Delay),
+			Shadow: rr.Shadow, Degraded: string(rr.Degraded),
+		}
+		if rr.Err != nil {
+			ra.Error = rr.Err.Error()
+		}
+		a.Results[i] = ra
+	}
+	return a
+}
+
+// ceilMS rounds a duration up to whole milliseconds: a client told to wait
+// must never be told too little.
+func ceilMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// ceilSeconds rounds a duration up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// setRateLimitHeaders sets RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers, structured fields) for the most
+// restrictive rule, and Retry-After on a denial.
+func setRateLimitHeaders(h http.Header, res *host.Result) {
+	if p, ok := res.Policy(); ok {
+		name := strconv.Quote(p.Rule) // rule names are [a-z0-9_-]: a valid sf-string
+		policy := name + ";q=" + strconv.FormatInt(p.Limit, 10)
+		if p.Window > 0 {
+			policy += ";w=" + strconv.FormatInt(max(ceilSeconds(p.Window), 1), 10)
+		}
+		h.Set("RateLimit-Policy", policy)
+		h.Set("RateLimit", name+";r="+strconv.FormatInt(max(p.Remaining, 0), 10)+";t="+strconv.FormatInt(ceilSeconds(p.Reset), 10))
+	}
+	if !res.Allowed {
+		h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(res.RetryAfter), 1), 10))
+	}
+}

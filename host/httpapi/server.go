@@ -1,0 +1,112 @@
+// Package httpapi is ruled's HTTP interface: the v1 check API, health
+// endpoints and the RateLimit headers. It knows the engine's types and
+// nothing about rules, plugins or Redis.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/netip"
+
+	"github.com/ruled-dev/ruled/host"
+)
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 1 << 20
+
+// Checker decides requests; *host.Engine implements it.
+type Checker interface {
+	Check(ctx context.Context, req *host.CheckRequest) host.Result
+}
+
+// Options configure the handler.
+type Options struct {
+	// Checker answers /v1/check. Required.
+	Checker Checker
+	// Ready reports whether the daemon can decide (Redis answers); /readyz
+	// answers 503 with its error. Nil means always ready.
+	Ready func(ctx context.Context) error
+	// Logger is the daemon's logger. Default slog.Default().
+	Logger *slog.Logger
+	// TrustedProxies are the peers whose forwarding headers (X-Real-IP,
+	// X-Forwarded-*, X-Original-*) /v1/auth believes. Nil means
+	// DefaultTrustedProxies (loopback); an empty non-nil slice trusts none.
+	TrustedProxies []netip.Prefix
+}
+
+// Server is the HTTP handler of the v1 API.
+type Server struct {
+	check          Checker
+	trustedProxies []netip.Prefix
+	ready          func(ctx context.Context) error
+	log            *slog.Logger
+	mux            *http.ServeMux
+}
+
+// New returns the handler.
+func New(o Options) *Server {
+	s := &Server{check: o.Checker, trustedProxies: o.TrustedProxies, ready: o.Ready, log: o.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.trustedProxies == nil {
+		s.trustedProxies = DefaultTrustedProxies
+	}
+	s.mux.HandleFunc("POST /v1/check", s.handleCheck)
+	s.mux.HandleFunc("GET /v1/auth", s.handleAuth)
+	s.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.ready != nil {
+		if err := s.ready(r.Context()); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	req, apiErr := decodeCheck(w, r)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	res := s.check.Check(r.Context(), req)
+	status := http.StatusOK
+	switch {
+	case res.FailClosed:
+		status = http.StatusServiceUnavailable
+	case !res.Allowed:
+		status = http.StatusTooManyRequests
+	}
+	setRateLimitHeaders(w.Header(), &res)
+	writeJSON(w, status, encodeResult(&res))
+}
+
+// Error is the body of every 4xx answer: {"error": {"code": ..., "message": ...}}.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Status, map[string]*Error{"error": e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

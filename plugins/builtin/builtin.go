@@ -1,0 +1,15 @@
+// Package builtin lists the algorithms that ship with ruled. It is the one
+// place that names them; the daemon links them natively.
+package builtin
+
+import (
+	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// All returns a fresh instance of every built-in algorithm.
+func All() []sdk.Algorithm {
+	return []sdk.Algorithm{
+		fixedwindow.New(),
+	}
+}
