@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -110,6 +113,26 @@ type Engine struct {
 	log     *slog.Logger
 	plugins map[string]*plugin
 	set     atomic.Pointer[rules.Set]
+
+	loadMu sync.Mutex // serialises Load and Reload
+	status atomic.Pointer[LoadStatus]
+}
+
+// LoadStatus describes the serving rule set and the last load attempt.
+type LoadStatus struct {
+	// Path is where the serving rules were loaded from.
+	Path string
+	// Rules is the number of serving rules.
+	Rules int
+	// LoadedAt is when the serving set was loaded.
+	LoadedAt time.Time
+	// LastError is the error of the last failed load, if the last load
+	// failed; the previous set kept serving.
+	LastError error
+	// LastErrorAt is when that load failed.
+	LastErrorAt time.Time
+	// Loads and Failures count load attempts that succeeded and failed.
+	Loads, Failures int64
 }
 
 type plugin struct {
@@ -143,6 +166,7 @@ func NewEngine(o Options) (*Engine, error) {
 		return nil, fmt.Errorf("host: empty rule set: %w", err)
 	}
 	e.set.Store(empty)
+	e.status.Store(&LoadStatus{})
 	return e, nil
 }
 
@@ -159,12 +183,57 @@ func (e *Engine) Lookup(name string) (sdk.Algorithm, bool) {
 // them the serving set. On error the old set keeps serving; the error is a
 // rules.ErrorList with every problem and its position.
 func (e *Engine) Load(path string) (*rules.Set, error) {
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	st := *e.status.Load()
 	set, err := rules.Load(path, e)
 	if err != nil {
+		st.LastError, st.LastErrorAt = err, time.Now()
+		st.Failures++
+		e.status.Store(&st)
 		return nil, err
 	}
 	e.set.Store(set)
+	st = LoadStatus{Path: path, Rules: len(set.Rules()), LoadedAt: time.Now(), Loads: st.Loads + 1, Failures: st.Failures}
+	e.status.Store(&st)
 	return set, nil
+}
+
+// Reload loads the rules again from the path of the last successful Load
+// and returns the number of serving rules.
+func (e *Engine) Reload() (int, error) {
+	path := e.status.Load().Path
+	if path == "" {
+		return 0, errors.New("host: no rules loaded yet")
+	}
+	set, err := e.Load(path)
+	if err != nil {
+		return 0, err
+	}
+	return len(set.Rules()), nil
+}
+
+// Status returns the state of the serving rule set and the last load.
+func (e *Engine) Status() LoadStatus { return *e.status.Load() }
+
+// Reset forgets everything a rule's plugin stores for one subject, so that
+// the subject starts afresh. It returns the number of keys removed.
+func (e *Engine) Reset(ctx context.Context, rule, subject string) (int64, error) {
+	r, ok := e.set.Load().Rule(rule)
+	if !ok {
+		return 0, fmt.Errorf("host: no rule %q", rule)
+	}
+	return e.plugins[r.Plugin].reg.Reset(ctx, rule, subject)
+}
+
+// PluginInfos returns the Info of every plugin the engine can run.
+func (e *Engine) PluginInfos() []sdk.Info {
+	out := make([]sdk.Info, 0, len(e.plugins))
+	for _, p := range e.plugins {
+		out = append(out, p.alg.Info())
+	}
+	slices.SortFunc(out, func(a, b sdk.Info) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Rules returns the serving rule set.

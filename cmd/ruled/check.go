@@ -30,7 +30,9 @@ func (c catalog) Lookup(name string) (sdk.Algorithm, bool) {
 
 func check(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, "Usage: ruled check PATH\n\nValidates rule files and lists every error with its position.") }
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: ruled check PATH\n\nValidates rule files and lists every error with its position.")
+	}
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
 	}

@@ -8,10 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/capability"
@@ -28,6 +32,11 @@ type serveConfig struct {
 	redisTimeout time.Duration
 	logLevel     string
 	logFormat    string
+	adminToken   string
+	trusted      string
+	watch        bool
+
+	trustedProxies []netip.Prefix
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -40,6 +49,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", capability.DefaultTimeout, "time-out of one Redis call; past it the rule's on_error applies")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for /v1/admin/ (the admin endpoints are off without one)")
+	fs.StringVar(&c.trusted, "trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDRs whose X-Forwarded-*/X-Real-IP headers /v1/auth believes; empty trusts none")
+	fs.BoolVar(&c.watch, "watch", true, "reload the rules when files in their directory change")
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
 	}
@@ -53,6 +65,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
 		return 2
 	}
+	trusted, err := parsePrefixes(c.trusted)
+	if err != nil {
+		fmt.Fprintf(stderr, "ruled serve: --trusted-proxies: %v\n", err)
+		return 2
+	}
+	c.trustedProxies = trusted
+	redis.SetLogger(redisLogger{log})
 	if err := runServer(ctx, c, log, stderr); err != nil {
 		log.Error("ruled stopped", "err", err)
 		return 1
@@ -113,9 +132,12 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
-			Checker: engine,
-			Ready:   st.Ping,
-			Logger:  log,
+			Checker:        engine,
+			Ready:          st.Ping,
+			Logger:         log,
+			Admin:          adminAPI{engine},
+			AdminToken:     c.adminToken,
+			TrustedProxies: c.trustedProxies,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -126,17 +148,22 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("ruled serving", "listen", ln.Addr().String(), "version", version)
 
+	if c.watch {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go func() {
+			if err := engine.WatchRules(watchCtx, c.rules, nil); err != nil {
+				log.Warn("rule files are not watched; reload with SIGHUP or the admin API", "err", err)
+			}
+		}()
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	for {
 		select {
 		case <-hup:
-			if set, err := engine.Load(c.rules); err != nil {
-				log.Error("reload failed; the previous rules keep serving", "path", c.rules, "err", err)
-			} else {
-				log.Info("rules reloaded", "path", c.rules, "rules", len(set.Rules()))
-			}
+			_, _ = engine.ReloadFrom("SIGHUP")
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
 		case <-ctx.Done():
@@ -149,4 +176,44 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 			return nil
 		}
 	}
+}
+
+// adminAPI adapts the engine to the admin endpoints, logging reloads.
+type adminAPI struct{ *host.Engine }
+
+// Reload implements httpapi.Admin.
+func (a adminAPI) Reload() (int, error) { return a.ReloadFrom("admin API") }
+
+// parsePrefixes parses a comma-separated list of CIDRs or addresses.
+func parsePrefixes(s string) ([]netip.Prefix, error) {
+	out := []netip.Prefix{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !strings.Contains(f, "/") {
+			a, err := netip.ParseAddr(f)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// redisLogger routes go-redis's own log lines (dial failures and the like)
+// into the daemon's logger at debug level; ruled logs Redis state itself.
+type redisLogger struct{ log *slog.Logger }
+
+// Printf implements go-redis's logging interface.
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug(fmt.Sprintf(format, v...), "component", "go-redis")
 }

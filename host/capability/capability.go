@@ -189,3 +189,45 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	}
 	return sdk.NewReply(v), nil
 }
+
+// Reset deletes every key of one rule and subject (found with SCAN on the
+// node that owns the subject's slot) and returns how many it deleted.
+func (p *Plugin) Reset(ctx context.Context, rule, subject string) (int64, error) {
+	prefix := p.KeyPrefix(rule, subject)
+	// Subjects are escaped without glob characters; escape the braces' and
+	// any remaining pattern bytes anyway so the pattern matches literally.
+	pattern := globEscape(prefix) + "*"
+	var node redis.UniversalClient = p.cap.client
+	if cc, ok := p.cap.client.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, prefix)
+		if err != nil {
+			return 0, classify(p.name, "reset", err)
+		}
+		node = c
+	}
+	var deleted int64
+	iter := node.Scan(ctx, 0, pattern, 100).Iterator()
+	for iter.Next(ctx) {
+		n, err := node.Del(ctx, iter.Val()).Result()
+		if err != nil {
+			return deleted, classify(p.name, "reset", err)
+		}
+		deleted += n
+	}
+	if err := iter.Err(); err != nil {
+		return deleted, classify(p.name, "reset", err)
+	}
+	return deleted, nil
+}
+
+func globEscape(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}

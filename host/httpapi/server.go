@@ -30,6 +30,11 @@ type Options struct {
 	Ready func(ctx context.Context) error
 	// Logger is the daemon's logger. Default slog.Default().
 	Logger *slog.Logger
+	// Admin serves the /v1/admin/ endpoints. They exist only when both
+	// Admin and AdminToken are set.
+	Admin Admin
+	// AdminToken is the bearer token the admin endpoints require.
+	AdminToken string
 	// TrustedProxies are the peers whose forwarding headers (X-Real-IP,
 	// X-Forwarded-*, X-Original-*) /v1/auth believes. Nil means
 	// DefaultTrustedProxies (loopback); an empty non-nil slice trusts none.
@@ -60,6 +65,11 @@ func New(o Options) *Server {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
+	s.mux.HandleFunc("POST /v1/acquire", s.handleAcquire)
+	if o.Admin != nil && o.AdminToken != "" {
+		s.mountAdmin(o.Admin, o.AdminToken)
+	}
 	return s
 }
 
@@ -83,6 +93,11 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := s.check.Check(r.Context(), req)
+	s.respondCheck(w, &res)
+}
+
+// respondCheck writes a check answer: 200, 429 or 503 with the headers.
+func (s *Server) respondCheck(w http.ResponseWriter, res *host.Result) {
 	status := http.StatusOK
 	switch {
 	case res.FailClosed:
@@ -90,8 +105,8 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	case !res.Allowed:
 		status = http.StatusTooManyRequests
 	}
-	setRateLimitHeaders(w.Header(), &res)
-	writeJSON(w, status, encodeResult(&res))
+	setRateLimitHeaders(w.Header(), res)
+	writeJSON(w, status, encodeResult(res))
 }
 
 // Error is the body of every 4xx answer: {"error": {"code": ..., "message": ...}}.

@@ -1,0 +1,119 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// Admin is what the admin endpoints operate on; *host.Engine implements it.
+type Admin interface {
+	Status() host.LoadStatus
+	RuleInfos() []host.RuleInfo
+	PluginInfos() []sdk.Info
+	Reload() (int, error)
+	Reset(ctx context.Context, rule, subject string) (int64, error)
+}
+
+// mountAdmin adds the admin endpoints, each behind the bearer token.
+func (s *Server) mountAdmin(a Admin, token string) {
+	guard := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="ruled admin"`)
+				writeError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "admin endpoints need Authorization: Bearer <admin token>"})
+				return
+			}
+			h(w, r)
+		}
+	}
+	s.mux.HandleFunc("GET /v1/admin/rules", guard(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, rulesAnswer(a))
+	}))
+	s.mux.HandleFunc("GET /v1/admin/plugins", guard(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"plugins": pluginsAnswer(a.PluginInfos())})
+	}))
+	s.mux.HandleFunc("POST /v1/admin/reload", guard(func(w http.ResponseWriter, r *http.Request) {
+		n, err := a.Reload()
+		if err != nil {
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{
+				"error": &Error{Code: "invalid_rules", Message: "the new rules are invalid; the previous rules keep serving"},
+				"errors": host.LoadErrors(err),
+			})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"rules": n})
+	}))
+	s.mux.HandleFunc("POST /v1/admin/reset", guard(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Rule    string `json:"rule"`
+			Subject string `json:"subject"`
+		}
+		if e := decodeJSON(w, r, &body); e != nil {
+			writeError(w, e)
+			return
+		}
+		if body.Rule == "" {
+			writeError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: "rule: required"})
+			return
+		}
+		n, err := a.Reset(r.Context(), body.Rule, body.Subject)
+		if err != nil {
+			writeError(w, &Error{Status: http.StatusNotFound, Code: "reset_failed", Message: err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"deleted_keys": n})
+	}))
+}
+
+type statusAnswer struct {
+	Path        string           `json:"path"`
+	Rules       int              `json:"rules"`
+	LoadedAt    time.Time        `json:"loaded_at"`
+	Loads       int64            `json:"loads"`
+	Failures    int64            `json:"failures"`
+	LastError   []host.LoadError `json:"last_error,omitempty"`
+	LastErrorAt *time.Time       `json:"last_error_at,omitempty"`
+}
+
+func rulesAnswer(a Admin) map[string]any {
+	st := a.Status()
+	sa := statusAnswer{Path: st.Path, Rules: st.Rules, LoadedAt: st.LoadedAt, Loads: st.Loads, Failures: st.Failures}
+	if st.LastError != nil {
+		sa.LastError = host.LoadErrors(st.LastError)
+		sa.LastErrorAt = &st.LastErrorAt
+	}
+	return map[string]any{"status": sa, "rules": a.RuleInfos()}
+}
+
+type pluginAnswer struct {
+	Name     string   `json:"name"`
+	Version  string   `json:"version"`
+	Scripts  []string `json:"scripts"`
+	Commands []string `json:"commands"`
+}
+
+func pluginsAnswer(infos []sdk.Info) []pluginAnswer {
+	out := make([]pluginAnswer, len(infos))
+	for i, in := range infos {
+		pa := pluginAnswer{Name: in.Name, Version: in.Version, Scripts: []string{}, Commands: []string{}}
+		seen := map[string]bool{}
+		for _, s := range in.Scripts {
+			pa.Scripts = append(pa.Scripts, s.Name)
+			for _, c := range s.Commands {
+				if !seen[c] {
+					seen[c] = true
+					pa.Commands = append(pa.Commands, c)
+				}
+			}
+		}
+		out[i] = pa
+	}
+	return out
+}

@@ -1,0 +1,535 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Files is the parsed, not yet compiled, content of one or more rule files.
+// The zero Files holds no rules: Compile turns it into an empty Set.
+type Files struct {
+	files   []*srcFile
+	rules   []*rawRule
+	plugins []PluginDecl
+	errs    ErrorList
+
+	ruleNames   map[string]Position
+	pluginNames map[string]Position
+}
+
+// rawRule is a rule as parsed, with the nodes Compile needs for positions.
+type rawRule struct {
+	file       *srcFile
+	node       *yaml.Node // the rule's mapping
+	name       string
+	when       *yaml.Node
+	subject    *yaml.Node
+	plugin     string
+	pluginNode *yaml.Node
+	config     *yaml.Node // mapping, or nil
+	configBad  bool       // config was given but is not a mapping
+	onError    OnError
+	shadow     bool
+	stop       bool
+}
+
+// Plugins returns the third-party plugin declarations of every file, in
+// file order.
+func (f *Files) Plugins() []PluginDecl {
+	return append([]PluginDecl(nil), f.plugins...)
+}
+
+// Err returns the problems Parse found, as an ErrorList, or nil.
+func (f *Files) Err() error { return f.errs.Err() }
+
+// Parse reads a rule file, or every *.yaml and *.yml file of a directory
+// (not its subdirectories, not dot files) in name order, and checks their
+// shape without compiling expressions or consulting plugins.
+//
+// Parse returns a nil Files only when path itself cannot be read. Otherwise
+// it returns everything it could parse, along with an ErrorList of the
+// problems found; Compile reports those again together with its own, so
+// that Load shows every problem at once.
+func Parse(path string) (*Files, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	f := &Files{ruleNames: map[string]Position{}, pluginNames: map[string]Position{}}
+	var names []string
+	if st.IsDir() {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return nil, fmt.Errorf("rules: %w", err)
+		}
+		for _, e := range entries {
+			n := e.Name()
+			ext := filepath.Ext(n)
+			if strings.HasPrefix(n, ".") || (ext != ".yaml" && ext != ".yml") {
+				continue
+			}
+			full := filepath.Join(path, n)
+			if fi, err := os.Stat(full); err == nil && fi.IsDir() {
+				continue
+			}
+			names = append(names, full)
+		}
+	} else {
+		names = []string{path}
+	}
+	for _, name := range names {
+		f.parseFile(name)
+	}
+	return f, f.Err()
+}
+
+func (f *Files) parseFile(name string) {
+	content, err := os.ReadFile(name)
+	if err != nil {
+		f.errs = append(f.errs, &Error{Pos: Position{File: name}, Code: CodeRead, Message: err.Error()})
+		return
+	}
+	dir, err := filepath.Abs(filepath.Dir(name))
+	if err != nil {
+		f.errs = append(f.errs, &Error{Pos: Position{File: name}, Code: CodeRead, Message: err.Error()})
+		return
+	}
+	sf := newSrcFile(name, dir, content)
+	f.files = append(f.files, sf)
+	p := &parser{Files: f, file: sf}
+
+	dec := yaml.NewDecoder(bytes.NewReader(content))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if !errors.Is(err, io.EOF) {
+			p.yamlError(err)
+		}
+		return
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errorf(&extra, "", CodeYAML, "only one YAML document per file is supported")
+	} else if !errors.Is(err, io.EOF) {
+		p.yamlError(err)
+	}
+	if len(doc.Content) == 0 {
+		return
+	}
+	root := resolve(doc.Content[0])
+	if isNull(root) {
+		return
+	}
+	if root.Kind != yaml.MappingNode {
+		p.errorf(root, "", CodeBadValue, "want a mapping with the keys plugins and rules")
+		return
+	}
+	for _, kv := range p.pairs(root, "") {
+		switch kv.key.Value {
+		case "plugins":
+			p.parsePlugins(kv.val)
+		case "rules":
+			p.parseRules(kv.val)
+		default:
+			if strings.HasPrefix(kv.key.Value, "x-") {
+				continue // extension keys, a place for YAML anchors
+			}
+			p.unknownField(kv.key, "", "plugins", "rules")
+		}
+	}
+}
+
+type parser struct {
+	*Files
+	file *srcFile
+}
+
+func (p *parser) errorf(n *yaml.Node, rule, code, format string, args ...any) {
+	p.errs = append(p.errs, &Error{Pos: p.file.pos(n), Rule: rule, Code: code, Message: fmt.Sprintf(format, args...)})
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// yamlParserErrors are yaml.v3's parser error messages, with what to add
+// to them to explain the line they are reported at.
+var yamlParserErrors = map[string]string{
+	"did not find expected '-' indicator":    " in the list that starts here",
+	"did not find expected key":              " in the mapping that starts here",
+	"did not find expected ',' or ']'":       " in the flow list that starts here",
+	"did not find expected ',' or '}'":       " in the flow mapping that starts here",
+	"did not find expected node content":     "",
+	"did not find expected <document start>": "",
+	"did not find expected <stream-start>":   "",
+	"found duplicate %YAML directive":        "",
+	"found duplicate %TAG directive":         "",
+	"found incompatible YAML document":       "",
+}
+
+// yamlError turns a YAML syntax error into positioned Errors (yaml.v3
+// reports lines but not columns).
+func (p *parser) yamlError(err error) {
+	for msg := range strings.SplitSeq(err.Error(), "\n") {
+		msg = strings.TrimSpace(msg)
+		if msg == "" {
+			continue
+		}
+		pos := Position{File: p.file.name}
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			pos.Line, _ = strconv.Atoi(m[1])
+			msg = msg[len(m[0]):]
+		}
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		// yaml.v3 reports parser (as opposed to scanner) errors at the
+		// 0-based line of the enclosing construct: make it 1-based and say so.
+		if hint, ok := yamlParserErrors[msg]; ok {
+			pos.Line++
+			msg += hint
+		}
+		p.errs = append(p.errs, &Error{Pos: pos, Code: CodeYAML, Message: msg})
+	}
+}
+
+func (p *parser) unknownField(key *yaml.Node, rule string, known ...string) {
+	msg := fmt.Sprintf("unknown field %q", key.Value)
+	if s := suggest(key.Value, known); s != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	p.errorf(key, rule, CodeUnknownField, "%s", msg)
+}
+
+type pair struct{ key, val *yaml.Node }
+
+// pairs returns a mapping's key/value pairs with aliases resolved and merge
+// keys (<<) expanded, reporting duplicate and non-string keys.
+func (p *parser) pairs(n *yaml.Node, rule string) []pair {
+	var out, merged []pair
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			for _, m := range mergeSources(v) {
+				merged = append(merged, p.pairs(m, rule)...)
+			}
+			continue
+		}
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k, rule, CodeBadValue, "keys must be strings")
+			continue
+		}
+		if seen[k.Value] {
+			p.errorf(k, rule, CodeDuplicateField, "field %q given twice", k.Value)
+			continue
+		}
+		seen[k.Value] = true
+		out = append(out, pair{k, v})
+	}
+	for _, m := range merged {
+		if !seen[m.key.Value] {
+			seen[m.key.Value] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func mergeSources(v *yaml.Node) []*yaml.Node {
+	switch v.Kind {
+	case yaml.MappingNode:
+		return []*yaml.Node{v}
+	case yaml.SequenceNode:
+		var out []*yaml.Node
+		for _, c := range v.Content {
+			if c = resolve(c); c.Kind == yaml.MappingNode {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
+}
+
+// str returns a scalar's value, reporting anything else.
+func (p *parser) str(n *yaml.Node, rule, field string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		p.errorf(n, rule, CodeBadValue, "%s: want a string", field)
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *parser) boolean(n *yaml.Node, rule, field string) bool {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
+		if b, err := strconv.ParseBool(strings.ToLower(n.Value)); err == nil {
+			return b
+		}
+	}
+	p.errorf(n, rule, CodeBadValue, "%s: want true or false, got %s", field, describe(n))
+	return false
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return strconv.Quote(n.Value)
+}
+
+var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_error", "shadow", "stop"}
+
+func (p *parser) parseRules(n *yaml.Node) {
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "", CodeBadValue, "rules: want a list of rules")
+		return
+	}
+	for _, item := range n.Content {
+		item = resolve(item)
+		if item.Kind != yaml.MappingNode {
+			p.errorf(item, "", CodeBadValue, "rules: each rule must be a mapping")
+			continue
+		}
+		p.parseRule(item)
+	}
+}
+
+func (p *parser) parseRule(n *yaml.Node) {
+	r := &rawRule{file: p.file, node: n, onError: OnErrorAllow}
+	kvs := p.pairs(n, "")
+	var nameNode *yaml.Node
+	for _, kv := range kvs {
+		if kv.key.Value == "name" {
+			nameNode = kv.val
+			if kv.val.Kind == yaml.ScalarNode && !isNull(kv.val) {
+				r.name = kv.val.Value
+			}
+		}
+	}
+	for _, kv := range kvs {
+		k, v := kv.key, kv.val
+		switch k.Value {
+		case "name":
+			if _, ok := p.str(v, r.name, "name"); ok && !validName(r.name) {
+				p.errorf(v, r.name, CodeBadName,
+					"name must be 1 to 63 lower-case letters, digits, '-' or '_', starting with a letter or digit")
+			}
+		case "when":
+			if !isNull(v) {
+				if _, ok := p.str(v, r.name, "when"); ok {
+					r.when = v
+				}
+			}
+		case "subject":
+			if !isNull(v) {
+				if _, ok := p.str(v, r.name, "subject"); ok {
+					r.subject = v
+				}
+			}
+		case "plugin":
+			if s, ok := p.str(v, r.name, "plugin"); ok {
+				r.plugin, r.pluginNode = s, v
+			}
+		case "config":
+			switch {
+			case isNull(v):
+			case v.Kind == yaml.MappingNode:
+				r.config = v
+			default:
+				p.errorf(v, r.name, CodeBadValue, "config: want a mapping")
+				r.configBad = true
+			}
+		case "on_error":
+			if s, ok := p.str(v, r.name, "on_error"); ok {
+				switch OnError(s) {
+				case OnErrorAllow, OnErrorDeny, OnErrorLocal:
+					r.onError = OnError(s)
+				default:
+					p.errorf(v, r.name, CodeBadOnError, "on_error: want allow, deny or local, got %q", s)
+				}
+			}
+		case "shadow":
+			r.shadow = p.boolean(v, r.name, "shadow")
+		case "stop":
+			r.stop = p.boolean(v, r.name, "stop")
+		default:
+			p.unknownField(k, r.name, ruleFields...)
+		}
+	}
+	if nameNode == nil || isNull(nameNode) {
+		p.errorf(n, "", CodeMissingField, "rule has no name")
+	} else if r.name != "" {
+		if first, dup := p.ruleNames[r.name]; dup {
+			where := first.String()
+			if first.File == p.file.name {
+				where = fmt.Sprintf("line %d", first.Line)
+			}
+			p.errorf(nameNode, r.name, CodeDuplicateRule, "duplicate rule name (first defined at %s)", where)
+		} else {
+			p.ruleNames[r.name] = p.file.pos(nameNode)
+		}
+	}
+	if r.subject == nil {
+		p.errorf(n, r.name, CodeMissingField, "subject is required")
+	}
+	if r.pluginNode == nil {
+		p.errorf(n, r.name, CodeMissingField, "plugin is required")
+	}
+	p.rules = append(p.rules, r)
+}
+
+var pluginFields = []string{"wasm", "process", "sha256"}
+
+func (p *parser) parsePlugins(n *yaml.Node) {
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "", CodeBadValue, "plugins: want a mapping of plugin names to declarations")
+		return
+	}
+	for _, kv := range p.pairs(n, "") {
+		name := kv.key.Value
+		d := PluginDecl{Name: name, Pos: p.file.pos(kv.key)}
+		ok := true
+		if !validName(name) {
+			p.errorf(kv.key, "", CodeBadName,
+				"plugin name %q must be 1 to 63 lower-case letters, digits, '-' or '_', starting with a letter or digit", name)
+			ok = false
+		}
+		if first, dup := p.pluginNames[name]; dup {
+			p.errorf(kv.key, "", CodeDuplicatePlugin, "plugin %q declared twice (first at %s)", name, first)
+			ok = false
+		}
+		v := kv.val
+		if v.Kind != yaml.MappingNode {
+			p.errorf(v, "", CodeBadPlugin, "plugin %q: want a mapping with wasm or process, and optionally sha256", name)
+			continue
+		}
+		for _, f := range p.pairs(v, "") {
+			field := f.key.Value
+			if !slices.Contains(pluginFields, field) {
+				p.unknownField(f.key, "", pluginFields...)
+				ok = false
+				continue
+			}
+			s, isStr := p.str(f.val, "", "plugin "+strconv.Quote(name)+": "+field)
+			if !isStr {
+				ok = false
+				continue
+			}
+			switch field {
+			case "wasm":
+				d.Wasm = p.absPath(s)
+			case "process":
+				d.Process = p.absPath(s)
+			case "sha256":
+				d.SHA256 = strings.ToLower(s)
+				if !isHex64(d.SHA256) {
+					p.errorf(f.val, "", CodeBadPlugin, "plugin %q: sha256 must be 64 hexadecimal digits", name)
+					ok = false
+				}
+			}
+		}
+		if (d.Wasm == "") == (d.Process == "") {
+			p.errorf(v, "", CodeBadPlugin, "plugin %q: set exactly one of wasm and process", name)
+			ok = false
+		}
+		if ok {
+			p.pluginNames[name] = d.Pos
+			p.plugins = append(p.plugins, d)
+		}
+	}
+}
+
+func (p *parser) absPath(s string) string {
+	if s == "" || filepath.IsAbs(s) {
+		return s
+	}
+	return filepath.Join(p.file.dir, s)
+}
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// validName reports whether s matches [a-z0-9][a-z0-9_-]{0,62}.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case (c == '-' || c == '_') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// suggest returns the known word closest to s, if it is close enough to be
+// a likely typo.
+func suggest(s string, known []string) string {
+	best, bestD := "", 3
+	for _, k := range known {
+		if d := editDistance(s, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
