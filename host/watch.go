@@ -79,4 +79,3 @@ func (e *Engine) ReloadFrom(trigger string) (int, error) {
 	e.logReload(trigger, n, err)
 	return n, err
 }
-

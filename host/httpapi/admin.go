@@ -43,7 +43,7 @@ func (s *Server) mountAdmin(a Admin, token string) {
 		n, err := a.Reload()
 		if err != nil {
 			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{
-				"error": &Error{Code: "invalid_rules", Message: "the new rules are invalid; the previous rules keep serving"},
+				"error":  &Error{Code: "invalid_rules", Message: "the new rules are invalid; the previous rules keep serving"},
 				"errors": host.LoadErrors(err),
 			})
 			return
