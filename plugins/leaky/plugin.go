@@ -1,0 +1,132 @@
+// Package leaky is the leaky bucket: a funnel of capacity units per subject
+// that drains rate units per per. In police mode a request that would
+// overflow the funnel is denied; in shape mode an admitted request also gets
+// a delay so that admitted units leave at a constant rate.
+package leaky
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+//go:embed script.lua
+var script string
+
+// Name is the plugin's name in rule files.
+const Name = "leaky"
+
+// Mode says what the bucket does with the requests it admits.
+type Mode string
+
+// Modes.
+const (
+	// Police admits a request at once when it fits and denies it otherwise.
+	Police Mode = "police"
+	// Shape admits the same requests as Police, each with a delay so that
+	// admitted units leave one interval (per / rate) apart.
+	Shape Mode = "shape"
+)
+
+// maxScaled bounds capacity × per (in µs) and rate: the script keeps the
+// level scaled by per, and every intermediate value must stay below 2^53,
+// where Lua's doubles hold integers exactly.
+const maxScaled = 1 << 52
+
+// Config is the parsed rule config.
+type Config struct {
+	Capacity int64         // units the bucket holds, at least 1
+	Rate     int64         // units drained per Per, at least 1
+	Per      time.Duration // drain period, a whole number of µs, default 1s
+	Mode     Mode          // Police (default) or Shape
+}
+
+// PerUS returns Per in microseconds.
+func (c Config) PerUS() int64 { return c.Per.Microseconds() }
+
+// Window is the time a full bucket takes to drain, rounded up to the
+// microsecond: the period the capacity applies to in RateLimit-Policy.
+// It is also the back-off hint for a request that can never fit.
+func (c Config) Window() time.Duration {
+	return time.Duration(ceilDiv(c.Capacity*c.PerUS(), c.Rate)) * time.Microsecond
+}
+
+// Plugin is the leaky-bucket algorithm. The zero value is ready to use.
+type Plugin struct{}
+
+// New returns the plugin.
+func New() sdk.Algorithm { return Plugin{} }
+
+// Info implements sdk.Algorithm.
+func (Plugin) Info() sdk.Info {
+	return sdk.Info{Name: Name, Version: "1.0.0", Scripts: []sdk.Script{{
+		Name:     "decide",
+		Source:   script,
+		Commands: []string{"HMGET", "HSET", "PEXPIRE", "DEL"},
+	}}}
+}
+
+// Configure implements sdk.Algorithm.
+func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
+	r := sdk.NewConfigReader(raw)
+	c := Config{
+		Capacity: r.RequireInt("capacity"),
+		Rate:     r.RequireInt("rate"),
+		Per:      r.Duration("per", time.Second),
+		Mode:     Mode(r.String("mode", string(Police))),
+	}
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("leaky: %w", err)
+	}
+	r.Check(c.Capacity >= 1, "capacity", "must be at least 1, got %d", c.Capacity)
+	r.Check(c.Rate >= 1, "rate", "must be at least 1, got %d", c.Rate)
+	r.Check(c.Rate <= maxScaled, "rate", "must be at most 2^52, got %d", c.Rate)
+	perOK := c.Per >= time.Microsecond && c.Per%time.Microsecond == 0
+	r.Check(perOK, "per", "must be a whole number of microseconds, at least 1µs, got %s", c.Per)
+	if perOK && c.Capacity >= 1 {
+		r.Check(c.Capacity <= maxScaled/c.PerUS(), "capacity",
+			"capacity × per must be at most 2^52µs (about 142 years), got %d × %s", c.Capacity, c.Per)
+	}
+	r.Check(c.Mode == Police || c.Mode == Shape, "mode", "must be %q or %q, got %q", Police, Shape, c.Mode)
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("leaky: %w", err)
+	}
+	return c, nil
+}
+
+// Decide implements sdk.Algorithm. DedupID is ignored.
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Decision{}, fmt.Errorf("leaky: config of type %T", cfg)
+	}
+	shape, best := 0, 0
+	if c.Mode == Shape {
+		shape = 1
+	}
+	if req.BestEffort {
+		best = 1
+	}
+	window := c.Window()
+	reply, err := h.Eval(ctx, "decide", []string{"bucket"},
+		c.Capacity, c.PerUS(), c.Rate, shape, req.Hits, best, window.Microseconds())
+	if err != nil {
+		return sdk.Decision{}, fmt.Errorf("leaky: %w", err)
+	}
+	d, err := sdk.DecisionFromReply(reply, window)
+	if err != nil {
+		return sdk.Decision{}, fmt.Errorf("leaky: %w", err)
+	}
+	return d, nil
+}
+
+// ceilDiv is ⌈a / b⌉ for a >= 0 and b >= 1.
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a-1)/b + 1
+}

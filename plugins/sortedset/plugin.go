@@ -1,0 +1,168 @@
+// Package sortedset is the rolling log: every action of a subject is kept
+// in a Redis sorted set scored by its time in microseconds, so that limits
+// hold over any window ending now. One script checks a primary rate, any
+// number of extra rates and a minimum gap between admitted actions at once.
+package sortedset
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+//go:embed script.lua
+var script string
+
+// Name is the plugin's name in rule files.
+const Name = "sortedset"
+
+// Bounds checked by Configure.
+const (
+	// MaxLimit bounds every limit: the log keeps up to the largest limit of
+	// entries per subject, and one script may add that many at once.
+	MaxLimit = 100_000
+	// MaxWindow bounds windows and the minimum gap.
+	MaxWindow = 10_000 * time.Hour
+	// MaxRates bounds the number of rates (the primary one and also).
+	MaxRates = 16
+)
+
+// Rate is one limit per window.
+type Rate struct {
+	Limit  int64         // actions allowed in any window, 1..MaxLimit
+	Window time.Duration // window length, a whole number of µs, 1ms..MaxWindow
+}
+
+// Config is the parsed rule config.
+type Config struct {
+	Limit       int64         // actions allowed per Window, 1..MaxLimit
+	Window      time.Duration // window length, a whole number of µs, 1ms..MaxWindow
+	MinGap      time.Duration // least time between two admitted actions, default 0
+	Also        []Rate        // extra rates, all checked with the first
+	CountDenied bool          // log denied actions too, default false
+}
+
+// Rates returns every rate: the primary one first, then Also.
+func (c Config) Rates() []Rate {
+	return append([]Rate{{Limit: c.Limit, Window: c.Window}}, c.Also...)
+}
+
+// Plugin is the rolling-log algorithm. The zero value is ready to use.
+type Plugin struct{}
+
+// New returns the plugin.
+func New() sdk.Algorithm { return Plugin{} }
+
+// Info implements sdk.Algorithm.
+func (Plugin) Info() sdk.Info {
+	return sdk.Info{Name: Name, Version: "1.0.0", Scripts: []sdk.Script{{
+		Name:   "decide",
+		Source: script,
+		Commands: []string{"ZREMRANGEBYSCORE", "ZREMRANGEBYRANK", "ZCOUNT", "ZCARD", "ZRANGE", "ZADD",
+			"HMGET", "HSET", "PEXPIRE"},
+	}}}
+}
+
+// Configure implements sdk.Algorithm.
+func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
+	r := sdk.NewConfigReader(raw)
+	c := Config{
+		Limit:       r.RequireInt("limit"),
+		Window:      r.RequireDuration("window"),
+		MinGap:      r.Duration("min_gap", 0),
+		CountDenied: r.Bool("count_denied", false),
+	}
+	orig, _ := raw["also"].([]any)
+	pos := 0 // index in orig of the next mapping, for error messages
+	for _, m := range r.List("also") {
+		for pos < len(orig) {
+			if _, isMap := orig[pos].(map[string]any); isMap {
+				break
+			}
+			pos++
+		}
+		key := fmt.Sprintf("also[%d]", pos)
+		pos++
+		sub := sdk.NewConfigReader(m)
+		rate := Rate{Limit: sub.RequireInt("limit"), Window: sub.RequireDuration("window")}
+		if sub.Done() == nil {
+			checkRate(sub, rate)
+		}
+		if err := sub.Done(); err != nil {
+			for _, e := range unjoin(err) {
+				r.Fail(key, "%v", e)
+			}
+			continue
+		}
+		c.Also = append(c.Also, rate)
+	}
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("sortedset: %w", err)
+	}
+	checkRate(r, Rate{Limit: c.Limit, Window: c.Window})
+	r.Check(c.MinGap >= 0 && c.MinGap <= MaxWindow && c.MinGap%time.Microsecond == 0, "min_gap",
+		"must be a whole number of microseconds from 0 to %s, got %s", MaxWindow, c.MinGap)
+	r.Check(1+len(c.Also) <= MaxRates, "also", "at most %d extra rates, got %d", MaxRates-1, len(c.Also))
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("sortedset: %w", err)
+	}
+	return c, nil
+}
+
+func checkRate(r *sdk.ConfigReader, rate Rate) {
+	r.Check(rate.Limit >= 1 && rate.Limit <= MaxLimit, "limit",
+		"must be from 1 to %d, got %d (for larger limits use the rolling or fixedwindow plugin)", MaxLimit, rate.Limit)
+	r.Check(rate.Window >= time.Millisecond && rate.Window <= MaxWindow && rate.Window%time.Microsecond == 0, "window",
+		"must be a whole number of microseconds from 1ms to %s, got %s", MaxWindow, rate.Window)
+}
+
+// unjoin splits an errors.Join result.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// Decide implements sdk.Algorithm. DedupID is ignored.
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Decision{}, fmt.Errorf("sortedset: config of type %T", cfg)
+	}
+	rates := c.Rates()
+	args := make([]any, 0, 2*len(rates)+5)
+	args = append(args, len(rates))
+	for _, rt := range rates {
+		args = append(args, rt.Limit, rt.Window.Microseconds())
+	}
+	countDenied, best := 0, 0
+	if c.CountDenied {
+		countDenied = 1
+	}
+	if req.BestEffort {
+		best = 1
+	}
+	args = append(args, c.MinGap.Microseconds(), countDenied, req.Hits, best)
+	reply, err := h.Eval(ctx, "decide", []string{"log", "meta"}, args...)
+	if err != nil {
+		return sdk.Decision{}, fmt.Errorf("sortedset: %w", err)
+	}
+	// The eighth element says which rate limit, remaining and reset describe.
+	v, err := reply.Ints(8)
+	if err != nil {
+		return sdk.Decision{}, fmt.Errorf("sortedset: %w", err)
+	}
+	if v[7] < 0 || v[7] >= int64(len(rates)) {
+		return sdk.Decision{}, errors.New("sortedset: reply names no configured rate")
+	}
+	d, err := sdk.DecisionFromReply(reply, rates[v[7]].Window)
+	if err != nil {
+		return sdk.Decision{}, fmt.Errorf("sortedset: %w", err)
+	}
+	return d, nil
+}
