@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/local"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
 )
@@ -104,6 +105,8 @@ type Options struct {
 	Plugins []sdk.Algorithm
 	// Logger is the daemon's logger. Default slog.Default().
 	Logger *slog.Logger
+	// DenyCacheSize bounds the deny cache (default local.DefaultDenyCacheSize).
+	DenyCacheSize int
 }
 
 // Engine answers checks. It is safe for concurrent use; Load swaps the rule
@@ -116,6 +119,11 @@ type Engine struct {
 
 	loadMu sync.Mutex // serialises Load and Reload
 	status atomic.Pointer[LoadStatus]
+
+	deny        *local.DenyCache
+	local       *local.Limiters
+	localInUse  atomic.Bool  // local limiters decided since Redis last answered
+	clusterSize atomic.Int64 // live ruled instances, as last seen in Redis
 }
 
 // LoadStatus describes the serving rule set and the last load attempt.
@@ -146,7 +154,9 @@ func NewEngine(o Options) (*Engine, error) {
 	if o.Capability == nil {
 		return nil, errors.New("host: engine needs a capability")
 	}
-	e := &Engine{cap: o.Capability, log: o.Logger, plugins: map[string]*plugin{}}
+	e := &Engine{cap: o.Capability, log: o.Logger, plugins: map[string]*plugin{},
+		deny: local.NewDenyCache(o.DenyCacheSize), local: local.NewLimiters()}
+	e.clusterSize.Store(1)
 	if e.log == nil {
 		e.log = slog.Default()
 	}
@@ -194,6 +204,7 @@ func (e *Engine) Load(path string) (*rules.Set, error) {
 		return nil, err
 	}
 	e.set.Store(set)
+	e.deny.Clear() // limits may have changed
 	st = LoadStatus{Path: path, Rules: len(set.Rules()), LoadedAt: time.Now(), Loads: st.Loads + 1, Failures: st.Failures}
 	e.status.Store(&st)
 	return set, nil
@@ -279,14 +290,31 @@ func (e *Engine) Check(ctx context.Context, req *CheckRequest) Result {
 func (e *Engine) decide(ctx context.Context, sel rules.Selection, req *CheckRequest) RuleResult {
 	rule := sel.Rule
 	rr := RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow}
-	err := sel.Err
-	if err == nil {
-		p := e.plugins[rule.Plugin]
-		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
-		rr.Decision, err = safeDecide(ctx, p, rule.Name, sel.Config, sreq)
+	if sel.Err != nil {
+		e.degrade(&rr, sel, req, sel.Err)
+		return rr
 	}
+	var denyKey string
+	if rule.DenyCache && req.Hits > 0 && !req.BestEffort {
+		denyKey = local.Key(rule.Name, sel.Subject)
+		if d, ok := e.deny.Get(denyKey, req.Hits); ok {
+			rr.Decision = d
+			return rr
+		}
+	}
+	p := e.plugins[rule.Plugin]
+	sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
+	d, err := safeDecide(ctx, p, rule.Name, sel.Config, sreq)
 	if err != nil {
-		e.degrade(&rr, rule, req.Hits, err)
+		e.degrade(&rr, sel, req, err)
+		return rr
+	}
+	if e.localInUse.Load() && e.localInUse.CompareAndSwap(true, false) {
+		e.local.Reset() // Redis answers again and holds the truth
+	}
+	rr.Decision = d
+	if denyKey != "" && !d.Allowed {
+		e.deny.Put(denyKey, req.Hits, d)
 	}
 	return rr
 }
@@ -302,23 +330,54 @@ func safeDecide(ctx context.Context, p *plugin, rule string, cfg sdk.Config, r s
 	return p.alg.Decide(ctx, p.reg.Host(rule, r.Subject), cfg, r)
 }
 
-// degrade applies the rule's failure policy to a decision that failed.
-func (e *Engine) degrade(rr *RuleResult, rule *rules.Rule, hits int64, err error) {
+// degrade applies the rule's failure policy to a decision that failed:
+// deny, allow, or decide in-process at this instance's share of the limit.
+// A rule whose plugin cannot decide locally (or whose own evaluation
+// failed) falls back from local to allow.
+func (e *Engine) degrade(rr *RuleResult, sel rules.Selection, req *CheckRequest, err error) {
+	rule := sel.Rule
 	rr.Err = err
 	rr.Decision = sdk.Decision{}
-	switch rule.OnError {
-	case rules.OnErrorDeny:
+	if rule.OnError == rules.OnErrorDeny {
 		rr.Degraded = DegradedDeny
-	default:
-		// on_error: local falls back to allow until the in-process limiter
-		// exists; the result still says it was degraded.
-		rr.Degraded = DegradedAllow
-		rr.Allowed = true
-		rr.Granted = max(hits, 0)
+		e.logDegraded(rule, rr, err)
+		return
+	}
+	if rule.OnError == rules.OnErrorLocal && sel.Err == nil {
+		share := 1 / float64(max(e.clusterSize.Load(), 1))
+		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
+		d, ok, lerr := e.local.Decide(rule.Name, rule.Algorithm(), sel.Config, share, sreq)
+		if ok && lerr == nil {
+			e.localInUse.Store(true)
+			rr.Decision, rr.Degraded = d, DegradedLocal
+			e.logDegraded(rule, rr, err)
+			return
+		}
+	}
+	rr.Degraded = DegradedAllow
+	rr.Allowed = true
+	rr.Granted = max(req.Hits, 0)
+	e.logDegraded(rule, rr, err)
+}
+
+func (e *Engine) logDegraded(rule *rules.Rule, rr *RuleResult, err error) {
+	if errors.Is(err, capability.ErrCircuitOpen) {
+		return // logged once when the circuit opened
 	}
 	e.log.Warn("decision degraded", "rule", rule.Name, "plugin", rule.Plugin, "policy", string(rr.Degraded),
 		"class", string(capability.ClassOf(err)), "err", err)
 }
+
+// Available reports whether Redis answered the last calls (the circuit
+// breaker is closed).
+func (e *Engine) Available() bool { return e.cap.Available() }
+
+// ClusterSize returns the number of live ruled instances last seen in
+// Redis (1 until a heartbeat has run).
+func (e *Engine) ClusterSize() int64 { return e.clusterSize.Load() }
+
+// DenyCacheHits returns how many requests the deny cache has denied.
+func (e *Engine) DenyCacheHits() int64 { return e.deny.Hits() }
 
 // refund gives back what the evaluated rules granted to a request that was
 // denied in the end. Only plugin-granted units are refunded; a refund that

@@ -69,12 +69,13 @@ func (c *compiler) errorf(pos Position, rule, code, format string, args ...any) 
 
 func (c *compiler) rule(rr *rawRule) *Rule {
 	r := &Rule{
-		Name:    rr.name,
-		Plugin:  rr.plugin,
-		OnError: rr.onError,
-		Shadow:  rr.shadow,
-		Stop:    rr.stop,
-		Pos:     rr.file.pos(rr.node),
+		Name:      rr.name,
+		Plugin:    rr.plugin,
+		OnError:   rr.onError,
+		Shadow:    rr.shadow,
+		Stop:      rr.stop,
+		DenyCache: !rr.noDenyCache,
+		Pos:       rr.file.pos(rr.node),
 	}
 	ok := true
 	if rr.when != nil {

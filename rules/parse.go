@@ -29,18 +29,19 @@ type Files struct {
 
 // rawRule is a rule as parsed, with the nodes Compile needs for positions.
 type rawRule struct {
-	file       *srcFile
-	node       *yaml.Node // the rule's mapping
-	name       string
-	when       *yaml.Node
-	subject    *yaml.Node
-	plugin     string
-	pluginNode *yaml.Node
-	config     *yaml.Node // mapping, or nil
-	configBad  bool       // config was given but is not a mapping
-	onError    OnError
-	shadow     bool
-	stop       bool
+	file        *srcFile
+	node        *yaml.Node // the rule's mapping
+	name        string
+	when        *yaml.Node
+	subject     *yaml.Node
+	plugin      string
+	pluginNode  *yaml.Node
+	config      *yaml.Node // mapping, or nil
+	configBad   bool       // config was given but is not a mapping
+	onError     OnError
+	shadow      bool
+	stop        bool
+	noDenyCache bool
 }
 
 // Plugins returns the third-party plugin declarations of every file, in
@@ -297,7 +298,7 @@ func describe(n *yaml.Node) string {
 	return strconv.Quote(n.Value)
 }
 
-var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_error", "shadow", "stop"}
+var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_error", "shadow", "stop", "deny_cache"}
 
 func (p *parser) parseRules(n *yaml.Node) {
 	if isNull(n) {
@@ -375,6 +376,8 @@ func (p *parser) parseRule(n *yaml.Node) {
 			r.shadow = p.boolean(v, r.name, "shadow")
 		case "stop":
 			r.stop = p.boolean(v, r.name, "stop")
+		case "deny_cache":
+			r.noDenyCache = !p.boolean(v, r.name, "deny_cache")
 		default:
 			p.unknownField(k, r.name, ruleFields...)
 		}

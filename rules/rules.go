@@ -103,9 +103,13 @@ type Rule struct {
 	OnError OnError
 	Shadow  bool // evaluated and counted, never denies
 	Stop    bool // when this rule matches, later rules are not evaluated
-	Pos     Position
-	When    string // source of the when expression; "" means always
-	Subject string // source of the subject expression
+	// DenyCache lets the engine deny a subject in-process until the
+	// retry-after of its last denial, without a Redis call (default true;
+	// deny_cache: false turns it off).
+	DenyCache bool
+	Pos       Position
+	When      string // source of the when expression; "" means always
+	Subject   string // source of the subject expression
 
 	alg     sdk.Algorithm
 	raw     map[string]any // config as written (dynamic values as their "=..." strings)

@@ -9,6 +9,7 @@ package capability
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -37,6 +38,15 @@ type Options struct {
 	// Clock, when set, replaces Redis TIME inside scripts with its value in
 	// microseconds. For tests only: production time always comes from Redis.
 	Clock func() int64
+	// BreakerFailures is how many consecutive calls that find Redis
+	// unavailable open the circuit (default DefaultBreakerFailures).
+	BreakerFailures int
+	// BreakerCooldown is how long an open circuit fails calls at once
+	// before one probe tries Redis again (default DefaultBreakerCooldown).
+	BreakerCooldown time.Duration
+	// OnAvailability, when set, is called when Redis becomes unavailable
+	// (false: the circuit opened) and available again (true).
+	OnAvailability func(available bool)
 }
 
 // Capability runs plugins' scripts against one Redis deployment.
@@ -47,6 +57,7 @@ type Capability struct {
 	prefix  string
 	log     *slog.Logger
 	clock   func() int64
+	breaker *breaker
 }
 
 // New returns a Capability over client.
@@ -61,11 +72,28 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
+	c.breaker = newBreaker(opts.BreakerFailures, opts.BreakerCooldown, func(open bool) {
+		if open {
+			c.log.Warn("redis unavailable: circuit open; rules decide by their on_error policy")
+		} else {
+			c.log.Info("redis available again: circuit closed")
+		}
+		if opts.OnAvailability != nil {
+			opts.OnAvailability(!open)
+		}
+	})
 	return c
 }
 
+// Available reports whether the circuit is closed: the last calls found
+// Redis answering.
+func (c *Capability) Available() bool { return !c.breaker.open() }
+
 // Client returns the Redis client the capability runs on.
 func (c *Capability) Client() redis.UniversalClient { return c.client }
+
+// Prefix returns the first element of every key.
+func (c *Capability) Prefix() string { return c.prefix }
 
 // Timeout returns the per-call time-out.
 func (c *Capability) Timeout() time.Duration { return c.timeout }
@@ -181,12 +209,19 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	}
 	argv = append(argv, args...)
 
+	ok, probe := p.cap.breaker.allow()
+	if !ok {
+		return sdk.Reply{}, &Error{Class: ClassConnection, Plugin: p.name, Script: script, Err: ErrCircuitOpen}
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.cap.timeout)
 	defer cancel()
 	v, err := s.Run(ctx, p.cap.client, full, argv...).Result()
 	if err != nil && err != redis.Nil {
-		return sdk.Reply{}, classify(p.name, script, err)
+		err = classify(p.name, script, err)
+		p.cap.breaker.record(Unavailable(err) && !errors.Is(err, context.Canceled), probe)
+		return sdk.Reply{}, err
 	}
+	p.cap.breaker.record(false, probe)
 	return sdk.NewReply(v), nil
 }
 

@@ -17,14 +17,19 @@ var DefaultTrustedProxies = []netip.Prefix{
 	netip.MustParsePrefix("::1/128"),
 }
 
+// authPrefix starts the forward-auth calls that carry the original path in
+// their own (Envoy ext_authz with path_prefix /v1/auth).
+const authPrefix = "/v1/auth/"
+
 // handleAuth is the forward-auth endpoint for proxies (nginx auth_request,
 // Traefik ForwardAuth, Caddy forward_auth, Envoy ext_authz over HTTP). The
-// request to limit is described by the proxy's headers; the answer is 200,
+// request to limit is described by the proxy's headers, or for ext_authz by
+// the method and the path after /v1/auth; the answer is 200,
 // 429 or 503 with the RateLimit headers and no JSON to parse.
 func (s *Server) handleAuth(w http.ResponseWriter, r *http.Request) {
 	req := s.authRequest(r)
 	res := s.check.Check(r.Context(), req)
-	setRateLimitHeaders(w.Header(), &res)
+	SetRateLimitHeaders(w.Header(), &res)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	switch {
 	case res.FailClosed:
@@ -53,7 +58,11 @@ func (s *Server) authRequest(r *http.Request) *host.CheckRequest {
 	req := &host.CheckRequest{Hits: 1}
 	in := &req.Request
 	in.Method = firstNonEmpty(hdr("X-Original-Method"), hdr("X-Forwarded-Method"), r.Method)
-	uri := firstNonEmpty(hdr("X-Original-URI"), hdr("X-Forwarded-Uri"), r.URL.RequestURI())
+	own := r.URL.RequestURI()
+	if rest, ok := strings.CutPrefix(own, authPrefix); ok {
+		own = "/" + rest // Envoy ext_authz: /v1/auth/<original path>
+	}
+	uri := firstNonEmpty(hdr("X-Original-URI"), hdr("X-Forwarded-Uri"), own)
 	if u, err := url.ParseRequestURI(uri); err == nil {
 		in.Path = u.Path
 		if q := u.Query(); len(q) > 0 {

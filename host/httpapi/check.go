@@ -208,10 +208,11 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64(math.Ceil(d.Seconds()))
 }
 
-// setRateLimitHeaders sets RateLimit-Policy and RateLimit
+// SetRateLimitHeaders sets RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers, structured fields) for the most
-// restrictive rule, and Retry-After on a denial.
-func setRateLimitHeaders(h http.Header, res *host.Result) {
+// restrictive rule, and Retry-After on a denial. The gRPC API uses it too,
+// so that every interface reports limits the same way.
+func SetRateLimitHeaders(h http.Header, res *host.Result) {
 	if p, ok := res.Policy(); ok {
 		name := strconv.Quote(p.Rule) // rule names are [a-z0-9_-]: a valid sf-string
 		policy := name + ";q=" + strconv.FormatInt(p.Limit, 10)

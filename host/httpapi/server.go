@@ -61,6 +61,9 @@ func New(o Options) *Server {
 	}
 	s.mux.HandleFunc("POST /v1/check", s.handleCheck)
 	s.mux.HandleFunc("GET /v1/auth", s.handleAuth)
+	// Envoy's ext_authz HTTP service calls path_prefix + the original path
+	// with the original method: /v1/auth/<path>, any method.
+	s.mux.HandleFunc("/v1/auth/", s.handleAuth)
 	s.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -105,7 +108,7 @@ func (s *Server) respondCheck(w http.ResponseWriter, res *host.Result) {
 	case !res.Allowed:
 		status = http.StatusTooManyRequests
 	}
-	setRateLimitHeaders(w.Header(), res)
+	SetRateLimitHeaders(w.Header(), res)
 	writeJSON(w, status, encodeResult(res))
 }
 

@@ -1,0 +1,187 @@
+package capability_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+var echoKeys = sdk.Script{Name: "keys", Source: `return KEYS`, Commands: nil}
+var nowScript = sdk.Script{Name: "now", Source: `return ruled_now_us()`, Commands: nil}
+var argsScript = sdk.Script{Name: "args", Source: `return ARGV`, Commands: nil}
+
+func newCap(t *testing.T, srv *redistest.Server, o capability.Options) *capability.Capability {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return capability.New(c, o)
+}
+
+func TestKeysAreNamespacedWithOneHashTag(t *testing.T) {
+	srv := redistest.Start(t)
+	p, err := newCap(t, srv, capability.Options{}).Register("myplugin", []sdk.Script{echoKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Host("rule-1", "user:{42} *evil*").Eval(context.Background(), "keys", []string{"meta", "log"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arr, _ := r.Array()
+	var keys []string
+	for _, k := range arr {
+		s, _ := k.Str()
+		keys = append(keys, s)
+	}
+	want := []string{"ruled:myplugin:rule-1:{user:%7B42%7D%20%2Aevil%2A}:meta", "ruled:myplugin:rule-1:{user:%7B42%7D%20%2Aevil%2A}:log"}
+	if strings.Join(keys, " ") != strings.Join(want, " ") {
+		t.Fatalf("keys %q, want %q", keys, want)
+	}
+}
+
+func TestEscapeSubjectIsInjectiveAndSafe(t *testing.T) {
+	subjects := []string{"", "a", "A", "%41", "#x", "%23x", "a b", "a%20b", "{x}", "x}", "\x00", "\xff", "é",
+		strings.Repeat("a", 128), strings.Repeat("a", 129), strings.Repeat("é", 100), strings.Repeat("é", 101),
+		"2001:db8::1", "203.0.113.7", "user@example.com", "*", "?", "[a]", "\\"}
+	seen := map[string]string{}
+	for _, s := range subjects {
+		e := capability.EscapeSubject(s)
+		if prev, dup := seen[e]; dup {
+			t.Fatalf("%q and %q both escape to %q", prev, s, e)
+		}
+		seen[e] = s
+		if strings.ContainsAny(e, "{}*?[]\\ \x00") || len(e) > 129 {
+			t.Fatalf("%q escapes to unsafe %q", s, e)
+		}
+	}
+	if capability.EscapeSubject("203.0.113.7") != "203.0.113.7" {
+		t.Fatal("a plain IP should stay readable")
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newCap(t, srv, capability.Options{})
+	if _, err := c.Register("Bad Name", nil); err == nil {
+		t.Fatal("bad plugin name accepted")
+	}
+	if _, err := c.Register("p", []sdk.Script{echoKeys, echoKeys}); err == nil {
+		t.Fatal("duplicate script accepted")
+	}
+	p, _ := c.Register("p", []sdk.Script{echoKeys})
+	h := p.Host("r", "s")
+	for _, tc := range []struct {
+		script string
+		keys   []string
+	}{
+		{"undeclared", nil},
+		{"keys", []string{"../other"}},
+		{"keys", []string{"a:b"}},
+		{"keys", []string{"{x}"}},
+		{"keys", []string{""}},
+	} {
+		_, err := h.Eval(context.Background(), tc.script, tc.keys)
+		if capability.ClassOf(err) != capability.ClassRefused {
+			t.Errorf("%s %q: error %v, want class refused", tc.script, tc.keys, err)
+		}
+	}
+}
+
+func TestScriptsSurviveFlushAndRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	p, _ := newCap(t, srv, capability.Options{Timeout: time.Second}).Register("p", []sdk.Script{nowScript})
+	h := p.Host("r", "s")
+	eval := func() int64 {
+		t.Helper()
+		r, err := h.Eval(context.Background(), "now", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := r.Int64()
+		return n
+	}
+	first := eval()
+	if d := time.Now().UnixMicro() - first; d < -time.Second.Microseconds() || d > time.Second.Microseconds() {
+		t.Fatalf("ruled_now_us() = %d, far from the wall clock", first)
+	}
+	_ = srv.Client().ScriptFlush(context.Background()).Err()
+	if eval() < first {
+		t.Fatal("time went backwards")
+	}
+	srv.Restart()
+	var err error
+	for i := 0; i < 10; i++ {
+		if _, err = h.Eval(context.Background(), "now", nil); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+}
+
+func TestInjectedClockAndArgs(t *testing.T) {
+	srv := redistest.Start(t)
+	p, _ := newCap(t, srv, capability.Options{Clock: func() int64 { return 1_790_000_000_123_457 }}).Register("p", []sdk.Script{nowScript, argsScript})
+	h := p.Host("r", "s")
+	r, _ := h.Eval(context.Background(), "now", nil)
+	if n, _ := r.Int64(); n != 1_790_000_000_123_457 {
+		t.Fatalf("injected clock: %d", n)
+	}
+	r, _ = h.Eval(context.Background(), "args", nil, 7, "x")
+	if arr, _ := r.Array(); len(arr) != 2 {
+		t.Fatalf("the clock argument leaked into ARGV: %v", r.Value())
+	}
+}
+
+func TestTimeoutAndBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	var changes []bool
+	c := newCap(t, srv, capability.Options{Timeout: 100 * time.Millisecond, BreakerFailures: 2, BreakerCooldown: 100 * time.Millisecond,
+		OnAvailability: func(up bool) { changes = append(changes, up) }})
+	p, _ := c.Register("p", []sdk.Script{nowScript})
+	h := p.Host("r", "s")
+	if _, err := h.Eval(context.Background(), "now", nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	for i := 0; i < 2; i++ {
+		start := time.Now()
+		_, err := h.Eval(context.Background(), "now", nil)
+		if capability.ClassOf(err) != capability.ClassTimeout || time.Since(start) > 500*time.Millisecond {
+			t.Fatalf("paused Redis: %v after %v, want a time-out after about 100ms", err, time.Since(start))
+		}
+	}
+	if c.Available() {
+		t.Fatal("breaker still closed after 2 time-outs")
+	}
+	start := time.Now()
+	if _, err := h.Eval(context.Background(), "now", nil); !errors.Is(err, capability.ErrCircuitOpen) || time.Since(start) > 10*time.Millisecond {
+		t.Fatalf("open circuit: %v after %v, want ErrCircuitOpen at once", err, time.Since(start))
+	}
+	srv.Resume()
+	time.Sleep(120 * time.Millisecond)
+	if _, err := h.Eval(context.Background(), "now", nil); err != nil {
+		t.Fatalf("half-open probe: %v", err)
+	}
+	if !c.Available() || len(changes) != 2 || changes[0] || !changes[1] {
+		t.Fatalf("available %v, changes %v", c.Available(), changes)
+	}
+}
+
+func TestScriptErrorsAreClassified(t *testing.T) {
+	srv := redistest.Start(t)
+	p, _ := newCap(t, srv, capability.Options{}).Register("p", []sdk.Script{{Name: "boom", Source: `return redis.call('NOSUCHCOMMAND')`}})
+	_, err := p.Host("r", "s").Eval(context.Background(), "boom", nil)
+	if capability.ClassOf(err) != capability.ClassScript || capability.Unavailable(err) {
+		t.Fatalf("error %v, want class script", err)
+	}
+}

@@ -1,0 +1,117 @@
+package local
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+const denyShards = 32
+
+// DefaultDenyCacheSize bounds the entries of a DenyCache.
+const DefaultDenyCacheSize = 100_000
+
+// DenyCache remembers, per rule and subject, a denial and until when it
+// holds, so that later requests are denied in-process without a Redis call.
+// Only requests for at least as many hits as the cached denial are denied
+// from it; peeks and refunds always go to Redis. It is safe for concurrent
+// use.
+type DenyCache struct {
+	seed     maphash.Seed
+	perShard int
+	shards   [denyShards]denyShard
+	hits     atomic.Int64
+	now      func() time.Time
+}
+
+type denyShard struct {
+	mu sync.Mutex
+	m  map[string]denyEntry
+}
+
+type denyEntry struct {
+	until time.Time
+	hits  int64
+	d     sdk.Decision
+}
+
+// NewDenyCache returns a cache of at most size entries (DefaultDenyCacheSize
+// when size <= 0).
+func NewDenyCache(size int) *DenyCache {
+	if size <= 0 {
+		size = DefaultDenyCacheSize
+	}
+	c := &DenyCache{seed: maphash.MakeSeed(), perShard: max(1, size/denyShards), now: time.Now}
+	for i := range c.shards {
+		c.shards[i].m = map[string]denyEntry{}
+	}
+	return c
+}
+
+func (c *DenyCache) shard(key string) *denyShard {
+	return &c.shards[maphash.String(c.seed, key)%denyShards]
+}
+
+// Key is the cache key of a rule and subject.
+func Key(rule, subject string) string { return rule + "\x00" + subject }
+
+// Get returns the cached denial for key if it still holds for a request of
+// hits, with its times moved to now.
+func (c *DenyCache) Get(key string, hits int64) (sdk.Decision, bool) {
+	if hits <= 0 {
+		return sdk.Decision{}, false
+	}
+	s := c.shard(key)
+	s.mu.Lock()
+	e, ok := s.m[key]
+	s.mu.Unlock()
+	if !ok || hits < e.hits {
+		return sdk.Decision{}, false
+	}
+	left := e.until.Sub(c.now())
+	if left <= 0 {
+		return sdk.Decision{}, false
+	}
+	d := e.d
+	d.RetryAfter = left
+	d.Reset = max(d.Reset-(e.d.RetryAfter-left), left)
+	c.hits.Add(1)
+	return d, true
+}
+
+// Put remembers a denial for a request of hits.
+func (c *DenyCache) Put(key string, hits int64, d sdk.Decision) {
+	if d.Allowed || d.RetryAfter <= 0 || hits <= 0 {
+		return
+	}
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.m) >= c.perShard {
+		now := c.now()
+		for k, e := range s.m {
+			if !e.until.After(now) {
+				delete(s.m, k)
+			}
+		}
+		if len(s.m) >= c.perShard {
+			clear(s.m)
+		}
+	}
+	s.m[key] = denyEntry{until: c.now().Add(d.RetryAfter), hits: hits, d: d}
+}
+
+// Clear forgets every entry (the rules changed).
+func (c *DenyCache) Clear() {
+	for i := range c.shards {
+		c.shards[i].mu.Lock()
+		clear(c.shards[i].m)
+		c.shards[i].mu.Unlock()
+	}
+}
+
+// Hits returns how many requests the cache has denied.
+func (c *DenyCache) Hits() int64 { return c.hits.Load() }

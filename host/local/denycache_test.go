@@ -1,0 +1,48 @@
+package local
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+func TestDenyCache(t *testing.T) {
+	c := NewDenyCache(64)
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	k := Key("rule", "subject")
+	c.Put(k, 3, sdk.Decision{Allowed: false, Limit: 5, RetryAfter: 2 * time.Second, Reset: 10 * time.Second})
+	if _, ok := c.Get(k, 2); ok {
+		t.Fatal("a smaller request was denied from a denial of 3 hits")
+	}
+	if _, ok := c.Get(k, 0); ok {
+		t.Fatal("a peek was answered from the cache")
+	}
+	now = now.Add(500 * time.Millisecond)
+	d, ok := c.Get(k, 3)
+	if !ok || d.Allowed || d.RetryAfter != 1500*time.Millisecond || d.Reset != 9500*time.Millisecond || d.Limit != 5 {
+		t.Fatalf("cached denial %+v %v", d, ok)
+	}
+	now = now.Add(1500 * time.Millisecond)
+	if _, ok := c.Get(k, 3); ok {
+		t.Fatal("denial outlived its retry-after")
+	}
+	c.Put(k, 1, sdk.Decision{Allowed: true, RetryAfter: time.Second})
+	if _, ok := c.Get(k, 1); ok {
+		t.Fatal("an allowed decision was cached")
+	}
+	for i := 0; i < 1000; i++ { // bounded
+		c.Put(Key("r", string(rune(i))), 1, sdk.Decision{RetryAfter: time.Hour})
+	}
+	total := 0
+	for i := range c.shards {
+		total += len(c.shards[i].m)
+	}
+	if total > 64+denyShards {
+		t.Fatalf("cache holds %d entries, bound 64", total)
+	}
+	if c.Hits() != 1 {
+		t.Fatalf("hits %d, want 1", c.Hits())
+	}
+}

@@ -1,0 +1,170 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrClosed is returned by calls on a closed plugin.
+var ErrClosed = errors.New("wasm: plugin closed")
+
+// pool holds a plugin's instances. At most size exist at once; each is
+// either idle (in the idle channel) or used by exactly one goroutine.
+//
+// slots holds one token per live instance (or one being created), so that
+// a goroutine that finds no idle instance either creates one or waits for
+// one to come back.
+type pool struct {
+	p     *Plugin
+	size  int
+	idle  chan *instance
+	slots chan struct{}
+
+	mu       sync.Mutex // orders put and close
+	closed   atomic.Bool
+	refills  sync.WaitGroup
+	closedCh chan struct{}
+}
+
+func newPool(p *Plugin, size int) *pool {
+	return &pool{p: p, size: size, idle: make(chan *instance, size), slots: make(chan struct{}, size), closedCh: make(chan struct{})}
+}
+
+// add puts a new instance into a pool that has room (at load).
+func (pl *pool) add(in *instance) {
+	pl.slots <- struct{}{}
+	pl.idle <- in
+}
+
+// tryGet returns an idle instance, or nil when there is none.
+func (pl *pool) tryGet() (*instance, error) {
+	if pl.closed.Load() {
+		return nil, ErrClosed
+	}
+	select {
+	case in := <-pl.idle:
+		return in, nil
+	default:
+		return nil, nil
+	}
+}
+
+// get returns an idle instance, creates one if the pool has room, or waits
+// for one until ctx is done.
+func (pl *pool) get(ctx context.Context) (*instance, error) {
+	if in, err := pl.tryGet(); in != nil || err != nil {
+		return in, err
+	}
+	select {
+	case in := <-pl.idle:
+		return in, nil
+	case pl.slots <- struct{}{}:
+		if pl.closed.Load() {
+			<-pl.slots
+			return nil, ErrClosed
+		}
+		in, err := pl.p.newInstance(ctx)
+		if err != nil {
+			<-pl.slots
+			return nil, err
+		}
+		return in, nil
+	case <-pl.closedCh:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// put gives an instance back. A broken instance, or one that holds many
+// configs no longer in use, is discarded.
+func (pl *pool) put(in *instance) {
+	if in.broken || in.stale() {
+		pl.discard(in)
+		return
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.closed.Load() {
+		pl.release(in)
+		return
+	}
+	pl.idle <- in // never blocks: at most size instances exist
+}
+
+// release closes an instance and frees its slot.
+func (pl *pool) release(in *instance) {
+	in.close()
+	<-pl.slots
+}
+
+// discard releases an instance and starts a replacement in the background,
+// so that the pool stays warm.
+func (pl *pool) discard(in *instance) {
+	pl.release(in)
+	pl.p.discarded.Add(1)
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.closed.Load() {
+		return
+	}
+	pl.refills.Add(1)
+	go func() {
+		defer pl.refills.Done()
+		pl.refill()
+	}()
+}
+
+// refill creates one instance if the pool holds fewer than Prewarm.
+func (pl *pool) refill() {
+	if len(pl.slots) >= pl.p.opts.Prewarm {
+		return
+	}
+	select {
+	case pl.slots <- struct{}{}:
+	default:
+		return
+	}
+	in, err := pl.p.newInstance(context.Background())
+	if err != nil {
+		<-pl.slots
+		pl.p.log.Warn("replacing a discarded instance", "err", err)
+		return
+	}
+	pl.put(in)
+}
+
+func (pl *pool) idleCount() int {
+	if pl == nil {
+		return 0
+	}
+	return len(pl.idle)
+}
+
+// close stops the pool: calls that have not started fail with ErrClosed;
+// idle instances are closed at once and busy ones when they come back,
+// until ctx is done.
+func (pl *pool) close(ctx context.Context) {
+	pl.mu.Lock()
+	if pl.closed.Load() {
+		pl.mu.Unlock()
+		return
+	}
+	pl.closed.Store(true)
+	close(pl.closedCh)
+	pl.mu.Unlock()
+	pl.refills.Wait()
+	// Hold every slot: then no instance exists any more.
+	for held := 0; held < pl.size; {
+		select {
+		case pl.slots <- struct{}{}:
+			held++
+		case in := <-pl.idle:
+			pl.release(in)
+		case <-ctx.Done():
+			return
+		}
+	}
+}

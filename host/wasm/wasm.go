@@ -1,0 +1,418 @@
+// Package wasm runs ruled plugins compiled to WebAssembly (ABI v1,
+// docs/abi.md) in a wazero sandbox.
+//
+// Load compiles a module once (optionally caching machine code on disk),
+// checks that it is a ruled plugin and imports nothing ruled does not
+// provide, and returns a *Plugin that implements sdk.Algorithm: the engine
+// and the conformance kit use it exactly like a native plugin. Decisions run
+// on a bounded pool of pre-warmed instances, one call at a time per
+// instance. Every call has a deadline and runs with no filesystem, no
+// network, a memory limit, the real clock and crypto random numbers; any
+// failure of guest code (a trap, a panic, running out of memory or time, a
+// malformed answer) discards the instance, which is replaced, and turns into
+// an error that the engine handles with the rule's on_error policy.
+package wasm
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/sdk"
+	"github.com/ruled-dev/ruled/sdk/abi"
+)
+
+// Defaults for Options.
+const (
+	// DefaultCallTimeout bounds one call into a guest. It must stay longer
+	// than the capability's Redis time-out (250ms by default): a deadline
+	// that expires inside a Redis call kills the instance.
+	DefaultCallTimeout = time.Second
+	// DefaultMemoryLimitPages caps an instance's memory: 1024 pages of
+	// 64 KiB, 64 MiB.
+	DefaultMemoryLimitPages = 1024
+)
+
+// Options configure Load. The zero value is usable.
+type Options struct {
+	// CacheDir, when set, keeps compiled machine code on disk between runs,
+	// so that a restart does not recompile (seconds for a Go module).
+	CacheDir string
+	// PoolSize is the most instances of the plugin, and so the most
+	// decisions it runs at once; more wait for a free instance. Default
+	// 4×GOMAXPROCS.
+	PoolSize int
+	// Prewarm is how many instances are created at Load and kept ready.
+	// Default GOMAXPROCS, at most PoolSize.
+	Prewarm int
+	// CallTimeout bounds every call into the guest, its Redis calls
+	// included. Default DefaultCallTimeout.
+	CallTimeout time.Duration
+	// MemoryLimitPages caps an instance's linear memory, in 64 KiB pages.
+	// Default DefaultMemoryLimitPages.
+	MemoryLimitPages uint32
+	// Logger receives the plugin's log lines and the guest's stdout and
+	// stderr. Default slog.Default().
+	Logger *slog.Logger
+
+	interpreter bool // Inspect: no machine code, a faster start
+}
+
+func (o *Options) fill() {
+	procs := runtime.GOMAXPROCS(0)
+	if o.PoolSize <= 0 {
+		o.PoolSize = 4 * procs
+	}
+	if o.Prewarm <= 0 {
+		o.Prewarm = procs
+	}
+	o.Prewarm = min(o.Prewarm, o.PoolSize)
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.MemoryLimitPages == 0 {
+		o.MemoryLimitPages = DefaultMemoryLimitPages
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Plugin is a loaded Wasm plugin. It implements sdk.Algorithm and is safe
+// for concurrent use.
+type Plugin struct {
+	path  string
+	info  sdk.Info
+	opts  Options
+	log   *slog.Logger
+	logs  logLimiter
+	rt    wazero.Runtime
+	cache wazero.CompilationCache
+	code  wazero.CompiledModule
+	mcfg  wazero.ModuleConfig
+	pool  *pool
+
+	nextID  atomic.Uint64
+	mu      sync.RWMutex
+	configs map[uint64][]byte // live configs: id -> encoded ConfigureRequest
+
+	created, discarded, closedInstances atomic.Uint64
+}
+
+var _ sdk.Algorithm = (*Plugin)(nil)
+
+// Load compiles the module at path, checks it, creates Options.Prewarm
+// instances and returns the plugin. The error names what is wrong: a module
+// that is not a ruled ABI v1 plugin, an import ruled does not provide, an
+// instance that fails to start.
+func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("wasm: %w", err)
+	}
+	p, err := load(ctx, path, bin, opts)
+	if err != nil {
+		return nil, fmt.Errorf("wasm: %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Inspect loads the module at path just far enough to read its Info, with
+// wazero's interpreter (no compilation), and closes it.
+func Inspect(ctx context.Context, path string) (sdk.Info, error) {
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return sdk.Info{}, fmt.Errorf("wasm: %w", err)
+	}
+	p, err := load(ctx, path, bin, Options{PoolSize: 1, Prewarm: 1, interpreter: true})
+	if err != nil {
+		return sdk.Info{}, fmt.Errorf("wasm: %s: %w", path, err)
+	}
+	info := p.Info()
+	if err := p.Close(ctx); err != nil {
+		return sdk.Info{}, err
+	}
+	return info, nil
+}
+
+func load(ctx context.Context, path string, bin []byte, opts Options) (p *Plugin, err error) {
+	opts.fill()
+	p = &Plugin{path: path, opts: opts, log: opts.Logger, configs: map[uint64][]byte{}}
+	rc := wazero.NewRuntimeConfig()
+	if opts.interpreter {
+		rc = wazero.NewRuntimeConfigInterpreter()
+	}
+	rc = rc.WithCloseOnContextDone(true).WithMemoryLimitPages(opts.MemoryLimitPages)
+	if opts.CacheDir != "" {
+		if p.cache, err = wazero.NewCompilationCacheWithDir(opts.CacheDir); err != nil {
+			return nil, fmt.Errorf("compilation cache: %w", err)
+		}
+		rc = rc.WithCompilationCache(p.cache)
+	}
+	p.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	defer func() {
+		if err != nil {
+			p.closeRuntime(ctx)
+		}
+	}()
+
+	wasi, err := wasi_snapshot_preview1.NewBuilder(p.rt).Compile(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("WASI: %w", err)
+	}
+	if _, err = p.rt.InstantiateModule(ctx, wasi, wazero.NewModuleConfig()); err != nil {
+		return nil, fmt.Errorf("WASI: %w", err)
+	}
+	ruled, err := hostModule(p.rt).Compile(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("host functions: %w", err)
+	}
+	if _, err = p.rt.InstantiateModule(ctx, ruled, wazero.NewModuleConfig()); err != nil {
+		return nil, fmt.Errorf("host functions: %w", err)
+	}
+	if p.code, err = p.rt.CompileModule(ctx, bin); err != nil {
+		return nil, fmt.Errorf("compiling: %w", err)
+	}
+	if err = checkModule(p.code, wasi, ruled); err != nil {
+		return nil, err
+	}
+
+	// No filesystem, network, arguments or environment; the real clocks and
+	// crypto random numbers; sleeping returns at once.
+	p.mcfg = wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
+		WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader)
+	first, err := p.newInstance(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err = checkInfo(&first.info); err != nil {
+		first.close()
+		return nil, err
+	}
+	p.info = first.info
+	p.log = opts.Logger.With("plugin", p.info.Name)
+	p.pool = newPool(p, opts.PoolSize)
+	p.pool.add(first)
+	for range opts.Prewarm - 1 {
+		in, err := p.newInstance(ctx)
+		if err != nil {
+			p.pool.close(ctx)
+			return nil, err
+		}
+		p.pool.add(in)
+	}
+	return p, nil
+}
+
+// checkInfo validates what a guest says about itself.
+func checkInfo(info *sdk.Info) error {
+	if !capability.ValidName(info.Name) {
+		return fmt.Errorf("plugin name %q: want lower-case letters, digits, '-' or '_' (at most 63)", info.Name)
+	}
+	seen := map[string]bool{}
+	for _, s := range info.Scripts {
+		if s.Name == "" || seen[s.Name] {
+			return fmt.Errorf("plugin %s: script name %q empty or declared twice", info.Name, s.Name)
+		}
+		seen[s.Name] = true
+	}
+	return nil
+}
+
+// Info implements sdk.Algorithm with what the module's ruled_init answered.
+func (p *Plugin) Info() sdk.Info {
+	info := p.info
+	info.Scripts = make([]sdk.Script, len(p.info.Scripts))
+	for i, s := range p.info.Scripts {
+		s.Commands = append([]string(nil), s.Commands...)
+		info.Scripts[i] = s
+	}
+	return info
+}
+
+// Path returns the file the plugin was loaded from.
+func (p *Plugin) Path() string { return p.path }
+
+// config is the sdk.Config the host hands out: an id the guest knows the
+// parsed config by. The pointer to the plugin keeps it out of the tiny
+// allocator, so that its cleanup runs.
+type config struct {
+	p  *Plugin
+	id uint64
+}
+
+// Configure implements sdk.Algorithm. The guest validates raw; the host
+// keeps it under a fresh id and replays it on every instance that has not
+// seen it. The config is forgotten when the engine drops the returned value.
+func (p *Plugin) Configure(raw map[string]any) (sdk.Config, error) {
+	id := p.nextID.Add(1)
+	msg, err := (&abi.ConfigureRequest{ConfigID: id, Config: raw}).Append(nil)
+	if err != nil {
+		return nil, fmt.Errorf("wasm plugin %s: %w", p.info.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.CallTimeout)
+	defer cancel()
+	in, err := p.pool.get(ctx)
+	if err != nil {
+		return nil, p.errorf("configure", err)
+	}
+	problems, err := in.configure(ctx, id, msg)
+	p.pool.put(in)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		errs := make([]error, len(problems))
+		for i, m := range problems {
+			errs[i] = errors.New(m)
+		}
+		return nil, errors.Join(errs...)
+	}
+	p.mu.Lock()
+	p.configs[id] = msg
+	p.mu.Unlock()
+	c := &config{p: p, id: id}
+	runtime.AddCleanup(c, p.forget, id)
+	return c, nil
+}
+
+// forget drops a config the engine no longer holds. Instances that have
+// seen many forgotten configs are recycled (pool.put).
+func (p *Plugin) forget(id uint64) {
+	p.mu.Lock()
+	delete(p.configs, id)
+	p.mu.Unlock()
+}
+
+// liveConfigs returns the number of configs in use.
+func (p *Plugin) liveConfigs() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.configs)
+}
+
+// configMessage returns the encoded ConfigureRequest of a live config.
+func (p *Plugin) configMessage(id uint64) ([]byte, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	msg, ok := p.configs[id]
+	return msg, ok
+}
+
+// Decide implements sdk.Algorithm. h is the capability the guest's Eval
+// calls go to. The call runs with a deadline of Options.CallTimeout; waiting
+// for a free instance is bounded by the same time-out.
+func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Request) (sdk.Decision, error) {
+	cfg, ok := c.(*config)
+	if !ok || cfg.p != p {
+		return sdk.Decision{}, fmt.Errorf("wasm plugin %s: config of type %T is not one of this plugin's", p.info.Name, c)
+	}
+	in, err := p.pool.tryGet()
+	if in == nil && err == nil {
+		wctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
+		in, err = p.pool.get(wctx)
+		cancel()
+	}
+	if err != nil {
+		return sdk.Decision{}, p.errorf("decide", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
+	d, err := in.decide(cctx, h, cfg.id, &r)
+	cancel()
+	p.pool.put(in)
+	return d, err
+}
+
+func (p *Plugin) errorf(what string, err error) error {
+	return fmt.Errorf("wasm plugin %s: %s: %w", p.info.Name, what, err)
+}
+
+// Stats describe a plugin's instances, for metrics and tests.
+type Stats struct {
+	// Instances is the number of live instances, busy or idle.
+	Instances int
+	// Idle is the number of instances ready for a call.
+	Idle int
+	// Created and Discarded count instances over the plugin's life.
+	Created, Discarded uint64
+	// Configs is the number of configs in use.
+	Configs int
+}
+
+// Stats returns the plugin's current statistics.
+func (p *Plugin) Stats() Stats {
+	closed := p.closedInstances.Load() // first: never more than created
+	created := p.created.Load()
+	return Stats{Instances: int(created - closed), Idle: p.pool.idleCount(), Created: created,
+		Discarded: p.discarded.Load(), Configs: p.liveConfigs()}
+}
+
+// Close waits, until ctx is done, for calls in progress to finish, then
+// closes every instance and releases the compiled code. Decisions after
+// Close fail.
+func (p *Plugin) Close(ctx context.Context) error {
+	p.pool.close(ctx)
+	return p.closeRuntime(ctx)
+}
+
+func (p *Plugin) closeRuntime(ctx context.Context) error {
+	err := p.rt.Close(ctx)
+	if p.cache != nil {
+		err = errors.Join(err, p.cache.Close(ctx))
+	}
+	if err != nil {
+		return fmt.Errorf("wasm plugin %s: close: %w", p.info.Name, err)
+	}
+	return nil
+}
+
+// CallError is a failed call into guest code: a trap, a panic, an exit
+// (the Go runtime exits when it runs out of memory), the deadline, or an
+// answer that breaks the ABI. The instance that failed has been discarded.
+type CallError struct {
+	// Plugin is the plugin's name.
+	Plugin string
+	// Func is the export that was called.
+	Func string
+	// Err is what happened. errors.Is(err, context.DeadlineExceeded) holds
+	// when the call ran out of time.
+	Err error
+	// Detail is what the guest last reported on its error log or stderr
+	// during the call (a panic message, a runtime error), if anything.
+	Detail string
+}
+
+func (e *CallError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "wasm plugin %s: %s: %v", e.Plugin, e.Func, e.Err)
+	if e.Detail != "" {
+		fmt.Fprintf(&b, " (guest: %s)", e.Detail)
+	}
+	return b.String()
+}
+
+// Unwrap returns Err.
+func (e *CallError) Unwrap() error { return e.Err }
+
+// decideError is an error the guest's Decide returned. It unwraps to the
+// capability error the guest met in the same call, if any, so that the
+// engine classifies it like a native plugin's.
+type decideError struct {
+	msg   string
+	cause error
+}
+
+func (e *decideError) Error() string { return e.msg }
+func (e *decideError) Unwrap() error { return e.cause }
