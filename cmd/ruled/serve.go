@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -126,6 +127,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	cancel()
 
+	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); engine.RunHeartbeat(hbCtx, instanceID(), host.DefaultHeartbeat) }()
+	defer func() { stopHeartbeat(); <-hbDone }() // deregister before the store closes
+
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.listen, err)
@@ -216,4 +222,11 @@ type redisLogger struct{ log *slog.Logger }
 // Printf implements go-redis's logging interface.
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.log.Debug(fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
+// instanceID names this ruled instance among the live ones: host, pid and
+// a random suffix, so that a restarted process counts as a new instance.
+func instanceID() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d:%08x", h, os.Getpid(), rand.Uint32())
 }
