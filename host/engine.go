@@ -54,6 +54,8 @@ type RuleResult struct {
 	// Err is why the decision is degraded, if it is.
 	Err error
 	sdk.Decision
+
+	cached bool // answered by the deny cache
 }
 
 // Result is the combined decision for a request.
@@ -107,6 +109,59 @@ type Options struct {
 	Logger *slog.Logger
 	// DenyCacheSize bounds the deny cache (default local.DefaultDenyCacheSize).
 	DenyCacheSize int
+	// Observer receives the engine's events, for metrics. Optional.
+	Observer Observer
+}
+
+// Outcome classifies one rule's decision for metrics.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeAllowed       Outcome = "allowed"
+	OutcomeDenied        Outcome = "denied"
+	OutcomeShadowDenied  Outcome = "shadow_denied"
+	OutcomeDegradedAllow Outcome = "degraded_allow"
+	OutcomeDegradedDeny  Outcome = "degraded_deny"
+	OutcomeDegradedLocal Outcome = "degraded_local"
+)
+
+// Observer receives the engine's events. Implementations must be cheap and
+// safe for concurrent use: they run on the decision path.
+type Observer interface {
+	// Decision is called once per evaluated rule of a check. cached is true
+	// when the deny cache answered instead of Redis.
+	Decision(rule, plugin string, outcome Outcome, cached bool)
+	// Check is called once per check with its duration.
+	Check(took time.Duration, allowed bool)
+	// Reload is called after every load attempt; rules is the number of
+	// serving rules afterwards.
+	Reload(err error, rules int)
+}
+
+// nopObserver is the Observer of an engine without one.
+type nopObserver struct{}
+
+func (nopObserver) Decision(string, string, Outcome, bool) {}
+func (nopObserver) Check(time.Duration, bool)              {}
+func (nopObserver) Reload(error, int)                      {}
+
+// outcome classifies a rule result.
+func outcome(rr *RuleResult) Outcome {
+	switch {
+	case rr.Degraded == DegradedAllow:
+		return OutcomeDegradedAllow
+	case rr.Degraded == DegradedDeny:
+		return OutcomeDegradedDeny
+	case rr.Degraded == DegradedLocal:
+		return OutcomeDegradedLocal
+	case rr.Allowed:
+		return OutcomeAllowed
+	case rr.Shadow:
+		return OutcomeShadowDenied
+	default:
+		return OutcomeDenied
+	}
 }
 
 // Engine answers checks. It is safe for concurrent use; Load swaps the rule
@@ -120,6 +175,7 @@ type Engine struct {
 	loadMu sync.Mutex // serialises Load and Reload
 	status atomic.Pointer[LoadStatus]
 
+	obs         Observer
 	deny        *local.DenyCache
 	local       *local.Limiters
 	localInUse  atomic.Bool  // local limiters decided since Redis last answered
@@ -155,7 +211,10 @@ func NewEngine(o Options) (*Engine, error) {
 		return nil, errors.New("host: engine needs a capability")
 	}
 	e := &Engine{cap: o.Capability, log: o.Logger, plugins: map[string]*plugin{},
-		deny: local.NewDenyCache(o.DenyCacheSize), local: local.NewLimiters()}
+		deny: local.NewDenyCache(o.DenyCacheSize), local: local.NewLimiters(), obs: o.Observer}
+	if e.obs == nil {
+		e.obs = nopObserver{}
+	}
 	e.clusterSize.Store(1)
 	if e.log == nil {
 		e.log = slog.Default()
@@ -201,12 +260,14 @@ func (e *Engine) Load(path string) (*rules.Set, error) {
 		st.LastError, st.LastErrorAt = err, time.Now()
 		st.Failures++
 		e.status.Store(&st)
+		e.obs.Reload(err, len(e.set.Load().Rules()))
 		return nil, err
 	}
 	e.set.Store(set)
 	e.deny.Clear() // limits may have changed
 	st = LoadStatus{Path: path, Rules: len(set.Rules()), LoadedAt: time.Now(), Loads: st.Loads + 1, Failures: st.Failures}
 	e.status.Store(&st)
+	e.obs.Reload(nil, len(set.Rules()))
 	return set, nil
 }
 
@@ -266,6 +327,17 @@ func (e *Engine) Preload(ctx context.Context) error {
 // it are not evaluated and what the rules before it granted is refunded, so
 // that a denied request does not use up the other rules' quota.
 func (e *Engine) Check(ctx context.Context, req *CheckRequest) Result {
+	start := time.Now()
+	res := e.check(ctx, req)
+	for i := range res.Results {
+		rr := &res.Results[i]
+		e.obs.Decision(rr.Rule, rr.Plugin, outcome(rr), rr.cached)
+	}
+	e.obs.Check(time.Since(start), res.Allowed)
+	return res
+}
+
+func (e *Engine) check(ctx context.Context, req *CheckRequest) Result {
 	set := e.set.Load()
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
 	sels := set.Match(&in)
@@ -298,7 +370,7 @@ func (e *Engine) decide(ctx context.Context, sel rules.Selection, req *CheckRequ
 	if rule.DenyCache && req.Hits > 0 && !req.BestEffort {
 		denyKey = local.Key(rule.Name, sel.Subject)
 		if d, ok := e.deny.Get(denyKey, req.Hits); ok {
-			rr.Decision = d
+			rr.Decision, rr.cached = d, true
 			return rr
 		}
 	}

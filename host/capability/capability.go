@@ -47,6 +47,9 @@ type Options struct {
 	// OnAvailability, when set, is called when Redis becomes unavailable
 	// (false: the circuit opened) and available again (true).
 	OnAvailability func(available bool)
+	// Observe, when set, is called after every script call with its
+	// duration and error (nil, or an *Error). It runs on the decision path.
+	Observe func(plugin, script string, took time.Duration, err error)
 }
 
 // Capability runs plugins' scripts against one Redis deployment.
@@ -58,11 +61,15 @@ type Capability struct {
 	log     *slog.Logger
 	clock   func() int64
 	breaker *breaker
+	observe func(plugin, script string, took time.Duration, err error)
 }
 
 // New returns a Capability over client.
 func New(client redis.UniversalClient, opts Options) *Capability {
-	c := &Capability{client: client, timeout: opts.Timeout, prefix: opts.Prefix, log: opts.Logger, clock: opts.Clock}
+	c := &Capability{client: client, timeout: opts.Timeout, prefix: opts.Prefix, log: opts.Logger, clock: opts.Clock, observe: opts.Observe}
+	if c.observe == nil {
+		c.observe = func(string, string, time.Duration, error) {}
+	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
@@ -211,17 +218,22 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 
 	ok, probe := p.cap.breaker.allow()
 	if !ok {
-		return sdk.Reply{}, &Error{Class: ClassConnection, Plugin: p.name, Script: script, Err: ErrCircuitOpen}
+		err := &Error{Class: ClassConnection, Plugin: p.name, Script: script, Err: ErrCircuitOpen}
+		p.cap.observe(p.name, script, 0, err)
+		return sdk.Reply{}, err
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.cap.timeout)
 	defer cancel()
 	v, err := s.Run(ctx, p.cap.client, full, argv...).Result()
 	if err != nil && err != redis.Nil {
 		err = classify(p.name, script, err)
 		p.cap.breaker.record(Unavailable(err) && !errors.Is(err, context.Canceled), probe)
+		p.cap.observe(p.name, script, time.Since(start), err)
 		return sdk.Reply{}, err
 	}
 	p.cap.breaker.record(false, probe)
+	p.cap.observe(p.name, script, time.Since(start), nil)
 	return sdk.NewReply(v), nil
 }
 

@@ -1,0 +1,286 @@
+package grpcapi_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/grpcapi"
+	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+)
+
+const testRules = `rules:
+  - name: per-user
+    when: attrs["domain"] == "edge" && attrs["user"] != ""
+    subject: attrs["user"]
+    plugin: fixedwindow
+    config: {limit: 3, window: 1m}
+  - name: per-ip
+    when: request.ip != ""
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 2, window: 10s}
+`
+
+type fixture struct {
+	engine *host.Engine
+	rls    rlsv3.RateLimitServiceClient
+	conn   *grpc.ClientConn
+}
+
+// newFixture serves the rate limit service of a real engine on a real
+// redis-server over a loopback gRPC port.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	rs := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rc.Close() })
+	e, err := host.NewEngine(host.Options{Capability: capability.New(rc, capability.Options{Timeout: 2 * time.Second}), Plugins: builtin.All()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(testRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpcapi.NewServer(e, nil)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.GracefulStop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return &fixture{engine: e, rls: rlsv3.NewRateLimitServiceClient(conn), conn: conn}
+}
+
+func descriptor(kv ...string) *rlcommonv3.RateLimitDescriptor {
+	d := &rlcommonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func (f *fixture) ask(t *testing.T, req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := f.rls.ShouldRateLimit(ctx, req)
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	if len(resp.Statuses) != len(req.Descriptors) {
+		t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(req.Descriptors))
+	}
+	return resp
+}
+
+// remaining peeks at a rule's remaining units for a subject.
+func (f *fixture) remaining(t *testing.T, user, ip string) (byUser, byIP int64) {
+	t.Helper()
+	res := f.engine.Check(context.Background(), &host.CheckRequest{
+		Request: host.Request{IP: ip}, Attrs: map[string]string{"domain": "edge", "user": user}, Hits: 0})
+	byUser, byIP = -1, -1
+	for _, rr := range res.Results {
+		switch rr.Rule {
+		case "per-user":
+			byUser = rr.Remaining
+		case "per-ip":
+			byIP = rr.Remaining
+		}
+	}
+	return byUser, byIP
+}
+
+func header(resp *rlsv3.RateLimitResponse, name string) string {
+	for _, h := range resp.ResponseHeadersToAdd {
+		if h.Key == name {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+func TestOKThenOverLimit(t *testing.T) {
+	f := newFixture(t)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommonv3.RateLimitDescriptor{descriptor("user", "alice")}}
+	for i := 1; i <= 3; i++ {
+		resp := f.ask(t, req)
+		st := resp.Statuses[0]
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK || st.Code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d: %v", i, resp)
+		}
+		cl := st.CurrentLimit
+		if cl.GetName() != "per-user" || cl.GetRequestsPerUnit() != 3 || cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || cl.GetUnitMultiplier() != nil {
+			t.Fatalf("call %d: current limit %v", i, cl)
+		}
+		if st.LimitRemaining != uint32(3-i) {
+			t.Fatalf("call %d: remaining %d, want %d", i, st.LimitRemaining, 3-i)
+		}
+		if d := st.DurationUntilReset.AsDuration(); d <= 0 || d > time.Minute {
+			t.Fatalf("call %d: duration until reset %v", i, d)
+		}
+		if got := header(resp, "ratelimit-policy"); got != `"per-user";q=3;w=60` {
+			t.Fatalf("call %d: ratelimit-policy %q", i, got)
+		}
+	}
+	resp := f.ask(t, req)
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("4th call: %v", resp)
+	}
+	if resp.Statuses[0].LimitRemaining != 0 || header(resp, "retry-after") == "" || header(resp, "ratelimit") == "" {
+		t.Fatalf("4th call: %v", resp)
+	}
+	// Another domain: no rule matches, so OK without a current limit.
+	other := f.ask(t, &rlsv3.RateLimitRequest{Domain: "other", Descriptors: []*rlcommonv3.RateLimitDescriptor{descriptor("user", "alice")}})
+	if other.OverallCode != rlsv3.RateLimitResponse_OK || other.Statuses[0].CurrentLimit != nil || len(other.ResponseHeadersToAdd) != 0 {
+		t.Fatalf("other domain: %v", other)
+	}
+}
+
+func TestSeveralDescriptorsInOneCall(t *testing.T) {
+	f := newFixture(t)
+	ask := func(ds ...*rlcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		return f.ask(t, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ds})
+	}
+	user := descriptor("user", "bob")
+	ip := descriptor("remote_address", "192.0.2.7")
+	resp := ask(user, ip)
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit.GetName() != "per-user" ||
+		resp.Statuses[1].CurrentLimit.GetName() != "per-ip" {
+		t.Fatalf("first call: %v", resp)
+	}
+	// remote_address became request.ip; the 10s window is 10 × SECOND.
+	if cl := resp.Statuses[1].CurrentLimit; cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND || cl.GetUnitMultiplier().GetValue() != 10 {
+		t.Fatalf("per-ip limit %v", cl)
+	}
+	// The most restrictive rule is reported in the headers: per-ip, 1 left.
+	if got := header(resp, "ratelimit"); got != `"per-ip";r=1;t=10` && got != `"per-ip";r=1;t=9` {
+		t.Fatalf("ratelimit header %q", got)
+	}
+	ask(ip) // per-ip now exhausted
+	if u, i := f.remaining(t, "bob", "192.0.2.7"); u != 2 || i != 0 {
+		t.Fatalf("remaining user %d ip %d, want 2 and 0", u, i)
+	}
+
+	// user first: allowed, then refunded because ip is over the limit.
+	resp = ask(user, ip)
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK ||
+		resp.Statuses[1].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("user, ip: %v", resp)
+	}
+	if u, _ := f.remaining(t, "bob", "192.0.2.7"); u != 2 {
+		t.Fatalf("user quota used by a denied call: remaining %d, want 2", u)
+	}
+	// ip first: over the limit, so user is only peeked at.
+	resp = ask(ip, user)
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT ||
+		resp.Statuses[1].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[1].LimitRemaining != 2 {
+		t.Fatalf("ip, user: %v", resp)
+	}
+	if u, _ := f.remaining(t, "bob", "192.0.2.7"); u != 2 {
+		t.Fatalf("user quota used after a denial: remaining %d, want 2", u)
+	}
+}
+
+func TestHitsAddend(t *testing.T) {
+	f := newFixture(t)
+	user := func(name string) *rlcommonv3.RateLimitDescriptor { return descriptor("user", name) }
+
+	// Request-level hits_addend: 2 units.
+	resp := f.ask(t, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*rlcommonv3.RateLimitDescriptor{user("carol")}})
+	if resp.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("hits_addend 2: %v", resp)
+	}
+	// 0 means 1.
+	resp = f.ask(t, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 0, Descriptors: []*rlcommonv3.RateLimitDescriptor{user("dave")}})
+	if resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("hits_addend 0: %v", resp)
+	}
+	// A descriptor's own hits_addend overrides the request's.
+	d := user("erin")
+	d.HitsAddend = wrapperspb.UInt64(3)
+	resp = f.ask(t, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1, Descriptors: []*rlcommonv3.RateLimitDescriptor{d, user("frank")}})
+	if resp.Statuses[0].LimitRemaining != 0 || resp.Statuses[1].LimitRemaining != 2 || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("descriptor hits_addend 3: %v", resp)
+	}
+	// More than is left is over the limit.
+	resp = f.ask(t, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 4, Descriptors: []*rlcommonv3.RateLimitDescriptor{user("gina")}})
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("hits_addend 4 of 3: %v", resp)
+	}
+	// is_negative_hits gives units back.
+	d = user("erin")
+	d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(2), true
+	f.ask(t, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommonv3.RateLimitDescriptor{d}})
+	if u, _ := f.remaining(t, "erin", ""); u != 2 {
+		t.Fatalf("after refunding 2 of 3: remaining %d, want 2", u)
+	}
+	// An absurd hits_addend is an invalid argument.
+	d = user("hank")
+	d.HitsAddend = wrapperspb.UInt64(1 << 40)
+	_, err := f.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommonv3.RateLimitDescriptor{d}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("huge hits_addend: %v, want InvalidArgument", err)
+	}
+}
+
+func TestHealthService(t *testing.T) {
+	f := newFixture(t)
+	resp, err := healthpb.NewHealthClient(f.conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+}
+
+func TestRateLimitOf(t *testing.T) {
+	for _, tc := range []struct {
+		window time.Duration
+		unit   rlsv3.RateLimitResponse_RateLimit_Unit
+		mult   uint32 // 0: no multiplier
+	}{
+		{0, rlsv3.RateLimitResponse_RateLimit_UNKNOWN, 0},
+		{300 * time.Millisecond, rlsv3.RateLimitResponse_RateLimit_SECOND, 0},
+		{1500 * time.Millisecond, rlsv3.RateLimitResponse_RateLimit_SECOND, 2},
+		{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, 0},
+		{10 * time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, 10},
+		{90 * time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, 90},
+		{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0},
+		{15 * time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE, 15},
+		{2 * time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, 2},
+		{24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, 0},
+		{14 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK, 2},
+	} {
+		rl := grpcapi.RateLimitOf("r", 5, tc.window)
+		if rl.Unit != tc.unit || rl.GetUnitMultiplier().GetValue() != tc.mult || rl.RequestsPerUnit != 5 || rl.Name != "r" {
+			t.Errorf("window %v: %v, want unit %v × %d", tc.window, rl, tc.unit, tc.mult)
+		}
+	}
+	if rl := grpcapi.RateLimitOf("r", 1<<40, time.Second); rl.RequestsPerUnit != 1<<32-1 {
+		t.Errorf("huge limit: %d", rl.RequestsPerUnit)
+	}
+}
