@@ -2,6 +2,7 @@
 //
 //	ruled serve   --rules PATH [--listen 127.0.0.1:8080] [--redis URL] ...
 //	ruled check   PATH
+//	ruled eval    --rules PATH --input FILE.json
 //	ruled version
 //
 // Every flag also reads an environment variable: --redis-timeout is
@@ -25,6 +26,7 @@ const usage = `ruled decides whether a request may go ahead, for many machines a
 Usage:
   ruled serve --rules PATH [flags]   run the daemon (ruled serve -h lists the flags)
   ruled check PATH                   validate rule files; exit 1 on error
+  ruled eval --rules PATH --input F  trace which rules match a /v1/check body (no Redis)
   ruled version                      print the version
 
 PATH is a rule file or a directory of *.yaml files.
@@ -47,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return serve(ctx, args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
+	case "eval":
+		return evalCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "ruled %s\n", version)
 		return 0

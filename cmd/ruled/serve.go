@@ -36,6 +36,7 @@ type serveConfig struct {
 	adminToken   string
 	trusted      string
 	watch        bool
+	grpcListen   string
 
 	trustedProxies []netip.Prefix
 }
@@ -53,6 +54,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for /v1/admin/ (the admin endpoints are off without one)")
 	fs.StringVar(&c.trusted, "trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDRs whose X-Forwarded-*/X-Real-IP headers /v1/auth believes; empty trusts none")
 	fs.BoolVar(&c.watch, "watch", true, "reload the rules when files in their directory change")
+	fs.StringVar(&c.grpcListen, "grpc-listen", "", "gRPC listen address for Envoy's rate limit service (off when empty)")
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
 	}
@@ -153,6 +155,12 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("ruled serving", "listen", ln.Addr().String(), "version", version)
+	stopGRPC, grpcServed, err := startGRPC(c.grpcListen, engine, log)
+	if err != nil {
+		_ = srv.Close()
+		return err
+	}
+	defer stopGRPC()
 
 	if c.watch {
 		watchCtx, stopWatch := context.WithCancel(ctx)
@@ -172,6 +180,8 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 			_, _ = engine.ReloadFrom("SIGHUP")
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
+		case err := <-grpcServed:
+			return fmt.Errorf("grpc server: %w", err)
 		case <-ctx.Done():
 			log.Info("shutting down")
 			shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/ruled-dev/ruled/host/grpcapi"
+)
+
+// grpcStopTimeout bounds the graceful stop of the gRPC server; past it the
+// remaining calls are cut.
+const grpcStopTimeout = 10 * time.Second
+
+// startGRPC serves Envoy's rate limit service on addr. It returns a stop
+// function (graceful, bounded by grpcStopTimeout) and a channel that
+// receives the error that ends serving. With an empty addr nothing starts:
+// stop does nothing and the channel never receives.
+func startGRPC(addr string, c grpcapi.Checker, log *slog.Logger) (stop func(), served <-chan error, err error) {
+	if addr == "" {
+		return func() {}, nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("grpc listen on %s: %w", addr, err)
+	}
+	srv := grpcapi.NewServer(c, log)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	log.Info("ruled serving gRPC (Envoy rate limit service)", "listen", ln.Addr().String())
+	stop = func() {
+		stopped := make(chan struct{})
+		go func() { srv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(grpcStopTimeout):
+			srv.Stop()
+		}
+	}
+	return stop, done, nil
+}
