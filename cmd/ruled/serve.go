@@ -36,6 +36,7 @@ type serveConfig struct {
 	adminToken   string
 	trusted      string
 	watch        bool
+	pipeline     bool
 	grpcListen   string
 
 	trustedProxies []netip.Prefix
@@ -54,6 +55,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for /v1/admin/ (the admin endpoints are off without one)")
 	fs.StringVar(&c.trusted, "trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDRs whose X-Forwarded-*/X-Real-IP headers /v1/auth believes; empty trusts none")
 	fs.BoolVar(&c.watch, "watch", true, "reload the rules when files in their directory change")
+	fs.BoolVar(&c.pipeline, "redis-pipeline", true, "coalesce the Redis calls of concurrent decisions into pipelines")
 	fs.StringVar(&c.grpcListen, "grpc-listen", "", "gRPC listen address for Envoy's rate limit service (off when empty)")
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
@@ -112,7 +114,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	defer st.Close()
 	log.Info("redis", "store", st.Describe())
 
-	cap := capability.New(st.Client(), capability.Options{Timeout: c.redisTimeout, Logger: log})
+	capOpts := capability.Options{Timeout: c.redisTimeout, Logger: log}
+	if c.pipeline {
+		capOpts.Pipeline = redis.DefaultBlockingAutoPipelineOptions()
+	}
+	cap := capability.New(st.Client(), capOpts)
 	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtin.All(), Logger: log})
 	if err != nil {
 		return err

@@ -47,6 +47,10 @@ type Options struct {
 	// OnAvailability, when set, is called when Redis becomes unavailable
 	// (false: the circuit opened) and available again (true).
 	OnAvailability func(available bool)
+	// Pipeline coalesces the script calls of concurrent decisions into Redis
+	// pipelines (go-redis autopipelining) when set. Each decision still
+	// waits for its own reply; only the round trips are shared.
+	Pipeline *redis.AutoPipelineOptions
 	// Observe, when set, is called after every script call with its
 	// duration and error (nil, or an *Error). It runs on the decision path.
 	Observe func(plugin, script string, took time.Duration, err error)
@@ -55,13 +59,14 @@ type Options struct {
 // Capability runs plugins' scripts against one Redis deployment.
 // It is safe for concurrent use.
 type Capability struct {
-	client  redis.UniversalClient
-	timeout time.Duration
-	prefix  string
-	log     *slog.Logger
-	clock   func() int64
-	breaker *breaker
-	observe func(plugin, script string, took time.Duration, err error)
+	client   redis.UniversalClient
+	scripter redis.Scripter // the client, or its autopipeliner
+	timeout  time.Duration
+	prefix   string
+	log      *slog.Logger
+	clock    func() int64
+	breaker  *breaker
+	observe  func(plugin, script string, took time.Duration, err error)
 }
 
 // New returns a Capability over client.
@@ -69,6 +74,19 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 	c := &Capability{client: client, timeout: opts.Timeout, prefix: opts.Prefix, log: opts.Logger, clock: opts.Clock, observe: opts.Observe}
 	if c.observe == nil {
 		c.observe = func(string, string, time.Duration, error) {}
+	}
+	c.scripter = client
+	if opts.Pipeline != nil {
+		type autoPipeliner interface {
+			AutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
+		}
+		if ap, ok := client.(autoPipeliner); ok {
+			if p, err := ap.AutoPipelineWithOptions(opts.Pipeline); err == nil {
+				c.scripter = p
+			} else {
+				c.log.Warn("autopipelining off: bad options", "err", err)
+			}
+		}
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
@@ -115,11 +133,24 @@ local function ruled_now_us()
 end
 `
 
-var (
-	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	keyRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-	scriptRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-)
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// validKey reports whether k may name a relative key (or a script):
+// 1 to 64 letters, digits, '_', '.' or '-'. It runs on every call, so it is
+// a loop rather than a regular expression.
+func validKey(k string) bool {
+	if len(k) == 0 || len(k) > 64 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // ValidName reports whether s may name a plugin or a rule in keys.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
@@ -147,7 +178,7 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		log:     c.log.With("plugin", plugin),
 	}
 	for _, s := range scripts {
-		if !scriptRE.MatchString(s.Name) {
+		if !validKey(s.Name) {
 			return nil, fmt.Errorf("capability: plugin %s: script name %q: want letters, digits, '_', '.' or '-'", plugin, s.Name)
 		}
 		if _, dup := p.scripts[s.Name]; dup {
@@ -203,7 +234,7 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	}
 	full := make([]string, len(keys))
 	for i, k := range keys {
-		if !keyRE.MatchString(k) {
+		if !validKey(k) {
 			return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("key %q: want 1-64 letters, digits, '_', '.' or '-'", k)}
 		}
 		full[i] = prefix + k
@@ -225,7 +256,7 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.cap.timeout)
 	defer cancel()
-	v, err := s.Run(ctx, p.cap.client, full, argv...).Result()
+	v, err := p.cap.run(ctx, s, full, argv)
 	if err != nil && err != redis.Nil {
 		err = classify(p.name, script, err)
 		p.cap.breaker.record(Unavailable(err) && !errors.Is(err, context.Canceled), probe)
@@ -235,6 +266,30 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	p.cap.breaker.record(false, probe)
 	p.cap.observe(p.name, script, time.Since(start), nil)
 	return sdk.NewReply(v), nil
+}
+
+// run runs one script call. A pipelined call waits for its batch, which
+// does not watch ctx, so it runs aside and the caller stops waiting at the
+// deadline; the abandoned call ends by the client's read time-out.
+func (c *Capability) run(ctx context.Context, s *redis.Script, keys []string, argv []any) (any, error) {
+	if c.scripter == redis.Scripter(c.client) {
+		return s.Run(ctx, c.scripter, keys, argv...).Result()
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := s.Run(ctx, c.scripter, keys, argv...).Result()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Reset deletes every key of one rule and subject (found with SCAN on the

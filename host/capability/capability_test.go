@@ -20,7 +20,11 @@ var argsScript = sdk.Script{Name: "args", Source: `return ARGV`, Commands: nil}
 
 func newCap(t *testing.T, srv *redistest.Server, o capability.Options) *capability.Capability {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	// As host/store builds clients: the read and write time-outs match the
+	// capability's, which is what bounds pipelined calls.
+	rw := max(o.Timeout, capability.DefaultTimeout)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		ReadTimeout: rw, WriteTimeout: rw})
 	t.Cleanup(func() { _ = c.Close() })
 	return capability.New(c, o)
 }
@@ -143,10 +147,15 @@ func TestInjectedClockAndArgs(t *testing.T) {
 }
 
 func TestTimeoutAndBreaker(t *testing.T) {
+	t.Run("direct", func(t *testing.T) { testTimeoutAndBreaker(t, nil) })
+	t.Run("autopipelined", func(t *testing.T) { testTimeoutAndBreaker(t, redis.DefaultBlockingAutoPipelineOptions()) })
+}
+
+func testTimeoutAndBreaker(t *testing.T, pipe *redis.AutoPipelineOptions) {
 	srv := redistest.Start(t)
 	var changes []bool
 	c := newCap(t, srv, capability.Options{Timeout: 100 * time.Millisecond, BreakerFailures: 2, BreakerCooldown: 100 * time.Millisecond,
-		OnAvailability: func(up bool) { changes = append(changes, up) }})
+		Pipeline: pipe, OnAvailability: func(up bool) { changes = append(changes, up) }})
 	p, _ := c.Register("p", []sdk.Script{nowScript})
 	h := p.Host("r", "s")
 	if _, err := h.Eval(context.Background(), "now", nil); err != nil {
@@ -183,5 +192,50 @@ func TestScriptErrorsAreClassified(t *testing.T) {
 	_, err := p.Host("r", "s").Eval(context.Background(), "boom", nil)
 	if capability.ClassOf(err) != capability.ClassScript || capability.Unavailable(err) {
 		t.Fatalf("error %v, want class script", err)
+	}
+}
+
+func TestPipelinedCallsKeepTheirOwnReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newCap(t, srv, capability.Options{Timeout: 2 * time.Second, Pipeline: redis.DefaultBlockingAutoPipelineOptions()})
+	p, _ := c.Register("p", []sdk.Script{{Name: "incr", Source: `return redis.call('INCR', KEYS[1])`}})
+	const goroutines, each = 32, 50
+	replies := make(chan int64, goroutines*each)
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		go func() {
+			h := p.Host("r", "s")
+			for i := 0; i < each; i++ {
+				r, err := h.Eval(context.Background(), "incr", []string{"n"})
+				if err != nil {
+					errs <- err
+					return
+				}
+				n, _ := r.Int64()
+				replies <- n
+			}
+			errs <- nil
+		}()
+	}
+	for g := 0; g < goroutines; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(replies)
+	seen := map[int64]bool{}
+	for n := range replies {
+		if seen[n] || n < 1 || n > goroutines*each {
+			t.Fatalf("reply %d duplicated or out of range", n)
+		}
+		seen[n] = true
+	}
+	if len(seen) != goroutines*each {
+		t.Fatalf("%d distinct replies, want %d", len(seen), goroutines*each)
+	}
+	// NOSCRIPT recovery works through the pipeline too.
+	_ = srv.Client().ScriptFlush(context.Background()).Err()
+	if _, err := p.Host("r", "s").Eval(context.Background(), "incr", []string{"n"}); err != nil {
+		t.Fatalf("after SCRIPT FLUSH: %v", err)
 	}
 }
