@@ -5,7 +5,7 @@ RULES     ?= examples/rules
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: run test deps build lint fmt bench
+.PHONY: run test deps build lint fmt bench bench-go
 
 ## run: install redis-server if missing, then serve examples/rules on 127.0.0.1:8080
 run: deps build
@@ -31,6 +31,10 @@ lint:
 fmt:
 	gofmt -w .
 
-## bench: Go benchmarks of every layer against a real redis-server
+## bench: the load harness (raw Redis ceiling, engine, HTTP) against a private redis-server
 bench: deps
+	$(GO) run ./bench -duration 5s -concurrency 64
+
+## bench-go: Go benchmarks of every layer against a real redis-server
+bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
