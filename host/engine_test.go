@@ -21,9 +21,20 @@ import (
 // separate ruled instance would have, serving the rules in yaml.
 func newEngine(t *testing.T, srv *redistest.Server, yaml string, timeout time.Duration) *host.Engine {
 	t.Helper()
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	return newEngineOpts(t, srv, yaml, capability.Options{Timeout: timeout})
+}
+
+// newEngineTB is newEngine for benchmarks: autopipelined, as ruled serves.
+func newEngineTB(tb testing.TB, srv *redistest.Server, yaml string) *host.Engine {
+	return newEngineOpts(tb, srv, yaml, capability.Options{Timeout: time.Second, Pipeline: redis.DefaultBlockingAutoPipelineOptions()})
+}
+
+func newEngineOpts(t testing.TB, srv *redistest.Server, yaml string, o capability.Options) *host.Engine {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		ReadTimeout: max(o.Timeout, capability.DefaultTimeout), WriteTimeout: max(o.Timeout, capability.DefaultTimeout)})
 	t.Cleanup(func() { _ = client.Close() })
-	cap := capability.New(client, capability.Options{Timeout: timeout})
+	cap := capability.New(client, o)
 	e, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtin.All()})
 	if err != nil {
 		t.Fatal(err)

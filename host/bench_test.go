@@ -1,0 +1,42 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/internal/redistest"
+)
+
+// BenchmarkCheck is one decision through the whole engine (rules, plugin,
+// capability) against a real redis-server, from parallel goroutines over
+// many subjects.
+func BenchmarkCheck(b *testing.B) {
+	srv := redistest.Start(b)
+	e := newEngineTB(b, srv, `rules:
+  - name: bench
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1000000000, window: 1h}
+`)
+	ips := make([]string, 4096)
+	for i := range ips {
+		ips[i] = fmt.Sprintf("10.0.%d.%d", i>>8, i&255)
+	}
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			res := e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: ips[i%len(ips)]}, Hits: 1})
+			if !res.Allowed {
+				b.Errorf("denied: %+v", res)
+				return
+			}
+			i++
+		}
+	})
+}
+
