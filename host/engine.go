@@ -180,6 +180,8 @@ type Engine struct {
 	local       *local.Limiters
 	localInUse  atomic.Bool  // local limiters decided since Redis last answered
 	clusterSize atomic.Int64 // live ruled instances, as last seen in Redis
+	degradedLog logGate      // rate-limits "decision degraded" warnings per rule
+	leases      *leases
 }
 
 // LoadStatus describes the serving rule set and the last load attempt.
@@ -211,7 +213,7 @@ func NewEngine(o Options) (*Engine, error) {
 		return nil, errors.New("host: engine needs a capability")
 	}
 	e := &Engine{cap: o.Capability, log: o.Logger, plugins: map[string]*plugin{},
-		deny: local.NewDenyCache(o.DenyCacheSize), local: local.NewLimiters(), obs: o.Observer}
+		deny: local.NewDenyCache(o.DenyCacheSize), local: local.NewLimiters(), obs: o.Observer, leases: newLeases()}
 	if e.obs == nil {
 		e.obs = nopObserver{}
 	}
@@ -265,6 +267,10 @@ func (e *Engine) Load(path string) (*rules.Set, error) {
 	}
 	e.set.Store(set)
 	e.deny.Clear() // limits may have changed
+	// Leases belong to the old rules: give their unused permits back.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*e.cap.Timeout())
+	e.ReturnLeases(ctx)
+	cancel()
 	st = LoadStatus{Path: path, Rules: len(set.Rules()), LoadedAt: time.Now(), Loads: st.Loads + 1, Failures: st.Failures}
 	e.status.Store(&st)
 	e.obs.Reload(nil, len(set.Rules()))
@@ -374,9 +380,15 @@ func (e *Engine) decide(ctx context.Context, sel rules.Selection, req *CheckRequ
 			return rr
 		}
 	}
-	p := e.plugins[rule.Plugin]
-	sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
-	d, err := safeDecide(ctx, p, rule.Name, sel.Config, sreq)
+	var d sdk.Decision
+	var err error
+	if leaseable(rule, req) {
+		d, err = e.decideLeased(ctx, sel, req)
+	} else {
+		p := e.plugins[rule.Plugin]
+		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
+		d, err = safeDecide(ctx, p, rule.Name, sel.Config, sreq)
+	}
 	if err != nil {
 		e.degrade(&rr, sel, req, err)
 		return rr
@@ -436,8 +448,16 @@ func (e *Engine) logDegraded(rule *rules.Rule, rr *RuleResult, err error) {
 	if errors.Is(err, capability.ErrCircuitOpen) {
 		return // logged once when the circuit opened
 	}
-	e.log.Warn("decision degraded", "rule", rule.Name, "plugin", rule.Plugin, "policy", string(rr.Degraded),
-		"class", string(capability.ClassOf(err)), "err", err)
+	// At most one WARN line per rule every degradedLogEvery; the others go
+	// to DEBUG and are counted in the next WARN line.
+	lv, suppressed := slog.LevelDebug, int64(0)
+	if warn, n := e.degradedLog.allow(rule.Name, time.Now()); warn {
+		lv, suppressed = slog.LevelWarn, n
+	} else if !e.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	e.log.Log(context.Background(), lv, "decision degraded", "rule", rule.Name, "plugin", rule.Plugin,
+		"policy", string(rr.Degraded), "class", string(capability.ClassOf(err)), "err", err, "suppressed", suppressed)
 }
 
 // Available reports whether Redis answered the last calls (the circuit

@@ -75,6 +75,7 @@ func (c *compiler) rule(rr *rawRule) *Rule {
 		Shadow:    rr.shadow,
 		Stop:      rr.stop,
 		DenyCache: !rr.noDenyCache,
+		Lease:     rr.lease,
 		Pos:       rr.file.pos(rr.node),
 	}
 	ok := true

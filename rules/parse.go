@@ -42,6 +42,7 @@ type rawRule struct {
 	shadow      bool
 	stop        bool
 	noDenyCache bool
+	lease       int64
 }
 
 // Plugins returns the third-party plugin declarations of every file, in
@@ -288,6 +289,19 @@ func (p *parser) boolean(n *yaml.Node, rule, field string) bool {
 	return false
 }
 
+// MaxLease bounds a rule's lease size.
+const MaxLease = 1_000_000
+
+func (p *parser) leaseSize(n *yaml.Node, rule string) int64 {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
+		if v, err := strconv.ParseInt(n.Value, 10, 64); err == nil && v >= 0 && v <= MaxLease {
+			return v
+		}
+	}
+	p.errorf(n, rule, CodeBadValue, "lease: want a whole number of permits from 0 to %d, got %s", MaxLease, describe(n))
+	return 0
+}
+
 func describe(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -298,7 +312,7 @@ func describe(n *yaml.Node) string {
 	return strconv.Quote(n.Value)
 }
 
-var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_error", "shadow", "stop", "deny_cache"}
+var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_error", "shadow", "stop", "deny_cache", "lease"}
 
 func (p *parser) parseRules(n *yaml.Node) {
 	if isNull(n) {
@@ -378,6 +392,8 @@ func (p *parser) parseRule(n *yaml.Node) {
 			r.stop = p.boolean(v, r.name, "stop")
 		case "deny_cache":
 			r.noDenyCache = !p.boolean(v, r.name, "deny_cache")
+		case "lease":
+			r.lease = p.leaseSize(v, r.name)
 		default:
 			p.unknownField(k, r.name, ruleFields...)
 		}

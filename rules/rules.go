@@ -107,9 +107,13 @@ type Rule struct {
 	// retry-after of its last denial, without a Redis call (default true;
 	// deny_cache: false turns it off).
 	DenyCache bool
-	Pos       Position
-	When      string // source of the when expression; "" means always
-	Subject   string // source of the subject expression
+	// Lease, when above 0, lets each ruled instance take this many permits
+	// from Redis in one call and grant them in-process (very high rates; see
+	// docs/rules.md for the bound on over-admission). 0 is off.
+	Lease   int64
+	Pos     Position
+	When    string // source of the when expression; "" means always
+	Subject string // source of the subject expression
 
 	alg     sdk.Algorithm
 	raw     map[string]any // config as written (dynamic values as their "=..." strings)

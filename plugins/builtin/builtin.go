@@ -4,6 +4,10 @@ package builtin
 
 import (
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+	"github.com/ruled-dev/ruled/plugins/leaky"
+	"github.com/ruled-dev/ruled/plugins/rolling"
+	"github.com/ruled-dev/ruled/plugins/sortedset"
+	"github.com/ruled-dev/ruled/plugins/tokenbucket"
 	"github.com/ruled-dev/ruled/sdk"
 )
 
@@ -11,5 +15,9 @@ import (
 func All() []sdk.Algorithm {
 	return []sdk.Algorithm{
 		fixedwindow.New(),
+		rolling.New(),
+		tokenbucket.New(),
+		leaky.New(),
+		sortedset.New(),
 	}
 }

@@ -35,7 +35,7 @@ func (Plugin) Info() sdk.Info {
 	return sdk.Info{Name: Name, Version: "1.0.0", Scripts: []sdk.Script{{
 		Name:     "decide",
 		Source:   script,
-		Commands: []string{"HMGET", "HGET", "HSET", "HDEL", "PEXPIRE"},
+		Commands: []string{"HMGET", "HGET", "HSET", "HDEL", "DEL", "PEXPIRE"},
 	}}}
 }
 

@@ -2,11 +2,16 @@ package fixedwindow_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/plugintest"
@@ -155,5 +160,70 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("%v: error %q lacks %q", tc.raw, err, w)
 			}
 		}
+	}
+}
+
+// BenchmarkDecide measures one decision against real Redis with Redis's own
+// clock, from many goroutines.
+func BenchmarkDecide(b *testing.B) {
+	env := plugintest.NewEnv(b)
+	client := redis.NewClient(&redis.Options{Addr: env.Redis.Addr(), ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = client.Close() })
+	alg := fixedwindow.New()
+	cfg := plugintest.Configure(b, alg, map[string]any{"limit": 1_000_000_000, "window": "1m"})
+	p := plugintest.Register(b, capability.New(client, capability.Options{Timeout: 5 * time.Second}), alg)
+	b.SetParallelism(16)
+	if err := client.ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		h := p.Host("bench", "subject")
+		for pb.Next() {
+			if d, err := alg.Decide(context.Background(), h, cfg, sdk.Request{Subject: "subject", Hits: 1}); err != nil || !d.Allowed {
+				b.Errorf("%+v, %v", d, err)
+				return
+			}
+		}
+	})
+	reportRedisTime(b, client)
+}
+
+// reportRedisTime reports Redis's own time per script call (INFO
+// commandstats, reset before the timed part), which a busy client machine
+// distorts far less than ns/op.
+func reportRedisTime(b *testing.B, client *redis.Client) {
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
+			continue
+		}
+		for _, kv := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
+			if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					b.ReportMetric(f, "redis-µs/call")
+					return
+				}
+			}
+		}
+	}
+	b.Fatalf("no EVALSHA statistics in %q", info)
+}
+
+func TestDedupRecordsDoNotOutliveTheirWindow(t *testing.T) {
+	env := plugintest.NewEnv(t)
+	raw := map[string]any{"limit": 100, "window": "1s"}
+	for w := 0; w < 3; w++ {
+		for i := 0; i < 5; i++ {
+			decide(t, env, raw, sdk.Request{Subject: "d", Hits: 1, DedupID: fmt.Sprintf("w%d-%d", w, i)})
+		}
+		env.Clock.Advance(time.Second)
+	}
+	n, err := env.Redis.Client().HLen(context.Background(), "ruled:fixedwindow:r:{d}:d").Result()
+	if err != nil || n != 5 {
+		t.Fatalf("dedup hash holds %d records (%v), want only the last window's 5", n, err)
 	}
 }

@@ -23,6 +23,9 @@ local cur = redis.call('HMGET', KEYS[1], 's', 'n')
 local count = 0
 if cur[1] == start_s then
   count = tonumber(cur[2]) or 0
+elseif cur[1] then
+  -- a new window: the last window's dedup records are void
+  redis.call('DEL', KEYS[2])
 end
 
 -- granted amount recorded for dedup in this window, or nil

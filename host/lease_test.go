@@ -1,0 +1,99 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/internal/redistest"
+)
+
+const leasedRule = `rules:
+  - name: leased
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1000, window: 1h}
+    lease: 50
+`
+
+func TestLeasesNeverOverAdmitAndSpareRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	engines := []*host.Engine{newEngine(t, srv, leasedRule, time.Second), newEngine(t, srv, leasedRule, time.Second)}
+	for _, e := range engines {
+		if err := e.Preload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := evalCalls(t, srv)
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func(e *host.Engine) {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				if res := check(e, "192.0.2.200"); res.Allowed {
+					allowed.Add(1)
+				}
+			}
+		}(engines[g%2])
+	}
+	wg.Wait()
+	calls := evalCalls(t, srv) - before
+	// 1,600 requests for a quota of 1,000: never more than the quota, and
+	// at most one lease per instance left stranded.
+	if a := allowed.Load(); a > 1000 || a < 1000-2*50 {
+		t.Fatalf("admitted %d, want between 900 and 1000", a)
+	}
+	if calls > 1000/50+40 {
+		t.Fatalf("%d script calls for %d admissions with leases of 50", calls, allowed.Load())
+	}
+	t.Logf("admitted %d with %d script calls", allowed.Load(), calls)
+}
+
+func TestReturnLeasesGivesUnusedPermitsBack(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, leasedRule, time.Second)
+	for i := 0; i < 7; i++ {
+		if !check(e, "198.51.100.3").Allowed {
+			t.Fatal("denied")
+		}
+	}
+	e.ReturnLeases(context.Background())
+	peek := e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: "198.51.100.3"}, Hits: 0})
+	if r := peek.Results[0]; r.Remaining != 993 {
+		t.Fatalf("remaining %d after 7 admissions and returning the lease, want 993", r.Remaining)
+	}
+}
+
+// BenchmarkCheckLeased is decisions served in-process from leases.
+func BenchmarkCheckLeased(b *testing.B) {
+	srv := redistest.Start(b)
+	e := newEngineTB(b, srv, `rules:
+  - name: leased
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1000000000000, window: 1h}
+    lease: 100000
+`)
+	ips := make([]string, 64)
+	for i := range ips {
+		ips[i] = fmt.Sprintf("10.1.0.%d", i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if res := e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: ips[i%len(ips)]}, Hits: 1}); !res.Allowed {
+				b.Errorf("denied: %+v", res)
+				return
+			}
+			i++
+		}
+	})
+}

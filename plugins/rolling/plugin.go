@@ -1,0 +1,106 @@
+// Package rolling is the rolling-window counter: at most limit hits in any
+// window, the window split into buckets aligned to Redis time that expire
+// one by one, so the limit stays smooth across window edges.
+package rolling
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+//go:embed script.lua
+var script string
+
+// Name is the plugin's name in rule files.
+const Name = "rolling"
+
+// DefaultBuckets is the number of buckets when the config does not say.
+const DefaultBuckets = 10
+
+// MaxBuckets bounds buckets. A grant costs the same whatever the number of
+// buckets, but a denial's retry_after and a refund may walk every bucket of
+// the window, and a reload with another layout rewrites them all.
+const MaxBuckets = 1000
+
+// MaxLimit bounds limit so that every count stays an exact integer in Lua
+// (whose numbers are doubles).
+const MaxLimit = 1 << 50
+
+// MaxWindow bounds window so that every time value the script computes
+// stays an exact integer in Lua.
+const MaxWindow = 10 * 365 * 24 * time.Hour
+
+// Config is the parsed rule config.
+type Config struct {
+	Limit   int64         // hits allowed in any window, 1 to MaxLimit
+	Window  time.Duration // window length, 1ms to MaxWindow, a whole number of microseconds
+	Buckets int64         // buckets per window, 1 to MaxBuckets; window must split into whole microseconds
+}
+
+// BucketUS returns the length of one bucket in microseconds.
+func (c Config) BucketUS() int64 { return c.Window.Microseconds() / c.Buckets }
+
+// Plugin is the rolling-window algorithm. The zero value is ready to use.
+type Plugin struct{}
+
+// New returns the plugin.
+func New() sdk.Algorithm { return Plugin{} }
+
+// Info implements sdk.Algorithm.
+func (Plugin) Info() sdk.Info {
+	return sdk.Info{Name: Name, Version: "1.0.0", Scripts: []sdk.Script{{
+		Name:     "decide",
+		Source:   script,
+		Commands: []string{"HGETALL", "HMGET", "HGET", "HINCRBY", "HSET", "HDEL", "DEL", "PEXPIRE"},
+	}}}
+}
+
+// Configure implements sdk.Algorithm.
+func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
+	r := sdk.NewConfigReader(raw)
+	c := Config{
+		Limit:   r.RequireInt("limit"),
+		Window:  r.RequireDuration("window"),
+		Buckets: r.Int("buckets", DefaultBuckets),
+	}
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	r.Check(c.Limit >= 1 && c.Limit <= MaxLimit, "limit", "must be between 1 and %d, got %d", int64(MaxLimit), c.Limit)
+	r.Check(c.Window >= time.Millisecond && c.Window <= MaxWindow, "window", "must be between 1ms and %s, got %s", MaxWindow, c.Window)
+	r.Check(c.Window%time.Microsecond == 0, "window", "must be a whole number of microseconds, got %s", c.Window)
+	r.Check(c.Buckets >= 1 && c.Buckets <= MaxBuckets, "buckets", "must be between 1 and %d, got %d", MaxBuckets, c.Buckets)
+	if c.Buckets >= 1 && c.Window > 0 && c.Window.Microseconds()%c.Buckets != 0 {
+		r.Fail("buckets", "window %s does not split into %d buckets of whole microseconds", c.Window, c.Buckets)
+	}
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Decide implements sdk.Algorithm.
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Decision{}, fmt.Errorf("rolling: config of type %T", cfg)
+	}
+	best := 0
+	if req.BestEffort {
+		best = 1
+	}
+	reply, err := h.Eval(ctx, "decide", []string{"c", "d0", "d1"},
+		c.Limit, c.Window.Microseconds(), c.BucketUS(), req.Hits, req.DedupID, best)
+	if err != nil {
+		return sdk.Decision{}, fmt.Errorf("rolling: %w", err)
+	}
+	d, err := sdk.DecisionFromReply(reply, c.Window)
+	if err != nil {
+		return sdk.Decision{}, fmt.Errorf("rolling: %w", err)
+	}
+	return d, nil
+}

@@ -1,0 +1,114 @@
+// Package tokenbucket is the token bucket: a bucket of at most burst
+// permits, refilled at rate permits per period from elapsed Redis time.
+// Requests take permits out; a full bucket stays full while idle.
+//
+// Permits are counted exactly, with no floating-point time arithmetic: the
+// script keeps level = permits × per (in µs), a request for n permits takes
+// n × per out, and every elapsed microsecond adds rate. Configure keeps
+// every such number below 2^53, where Lua's doubles are exact integers.
+//
+// dedup_id is not supported: it is ignored, so a retried request consumes
+// again. Use fixedwindow or rolling where idempotent retries matter.
+package tokenbucket
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+//go:embed script.lua
+var script string
+
+// Name is the plugin's name in rule files.
+const Name = "tokenbucket"
+
+// DefaultPer is the refill period when the config does not say.
+const DefaultPer = time.Second
+
+// MaxExact bounds burst × per (in µs) + rate, so that the scaled level and
+// every intermediate value stay exact integers in Lua (whose numbers are
+// doubles).
+const MaxExact = 1 << 53
+
+// Config is the parsed rule config.
+type Config struct {
+	Rate  int64         // permits added per Per, at least 1
+	Per   time.Duration // refill period, at least 1µs, a whole number of microseconds (default 1s)
+	Burst int64         // capacity in permits, at least 1 (default Rate)
+}
+
+// Window is the time the bucket takes to refill from empty to full, the
+// period over which Burst permits are restored: ceil(Burst × Per / Rate),
+// rounded up to the microsecond.
+func (c Config) Window() time.Duration {
+	per := c.Per.Microseconds()
+	return time.Duration((c.Burst*per+c.Rate-1)/c.Rate) * time.Microsecond
+}
+
+// Plugin is the token-bucket algorithm. The zero value is ready to use.
+type Plugin struct{}
+
+// New returns the plugin.
+func New() sdk.Algorithm { return Plugin{} }
+
+// Info implements sdk.Algorithm.
+func (Plugin) Info() sdk.Info {
+	return sdk.Info{Name: Name, Version: "1.0.0", Scripts: []sdk.Script{{
+		Name:     "decide",
+		Source:   script,
+		Commands: []string{"HMGET", "HSET", "PEXPIRE", "DEL"},
+	}}}
+}
+
+// Configure implements sdk.Algorithm.
+func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
+	r := sdk.NewConfigReader(raw)
+	c := Config{
+		Rate: r.RequireInt("rate"),
+		Per:  r.Duration("per", DefaultPer),
+	}
+	c.Burst = r.Int("burst", c.Rate)
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	r.Check(c.Rate >= 1 && c.Rate < MaxExact, "rate", "must be between 1 and 2^53-1, got %d", c.Rate)
+	r.Check(c.Per >= time.Microsecond, "per", "must be at least 1µs, got %s", c.Per)
+	r.Check(c.Per%time.Microsecond == 0, "per", "must be a whole number of microseconds, got %s", c.Per)
+	r.Check(c.Burst >= 1, "burst", "must be at least 1, got %d", c.Burst)
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	if per := c.Per.Microseconds(); c.Burst > (MaxExact-c.Rate)/per {
+		r.Fail("burst", "burst × per in µs + rate must stay below 2^53 to count exactly, got %d × %d + %d: lower burst or per",
+			c.Burst, per, c.Rate)
+	}
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Decide implements sdk.Algorithm.
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Decision{}, fmt.Errorf("tokenbucket: config of type %T", cfg)
+	}
+	best := 0
+	if req.BestEffort {
+		best = 1
+	}
+	reply, err := h.Eval(ctx, "decide", []string{"b"}, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best)
+	if err != nil {
+		return sdk.Decision{}, fmt.Errorf("tokenbucket: %w", err)
+	}
+	d, err := sdk.DecisionFromReply(reply, c.Window())
+	if err != nil {
+		return sdk.Decision{}, fmt.Errorf("tokenbucket: %w", err)
+	}
+	return d, nil
+}
