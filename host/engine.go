@@ -4,6 +4,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,6 +112,9 @@ type Options struct {
 	DenyCacheSize int
 	// Observer receives the engine's events, for metrics. Optional.
 	Observer Observer
+	// LoadPlugin loads the third-party plugins rule files declare. Without
+	// it, rule files that declare plugins fail to load.
+	LoadPlugin PluginLoader
 }
 
 // Outcome classifies one rule's decision for metrics.
@@ -167,13 +171,15 @@ func outcome(rr *RuleResult) Outcome {
 // Engine answers checks. It is safe for concurrent use; Load swaps the rule
 // set atomically and in-flight checks finish on the set they started with.
 type Engine struct {
-	cap     *capability.Capability
-	log     *slog.Logger
-	plugins map[string]*plugin
-	set     atomic.Pointer[rules.Set]
+	cap        *capability.Capability
+	log        *slog.Logger
+	builtins   map[string]*plugin
+	loadPlugin PluginLoader
+	gen        atomic.Pointer[generation]
 
-	loadMu sync.Mutex // serialises Load and Reload
+	loadMu sync.Mutex // serialises Load and Reload; guards loaded
 	status atomic.Pointer[LoadStatus]
+	loaded map[string]*plugin // third-party plugins in use, by declaration
 
 	obs         Observer
 	deny        *local.DenyCache
@@ -204,7 +210,29 @@ type LoadStatus struct {
 type plugin struct {
 	alg sdk.Algorithm
 	reg *capability.Plugin
+	key string // declaration of a third-party plugin; "" for built-ins
 }
+
+// generation is one loaded rule set and the plugins its rules resolve to.
+// A check runs on one generation from start to end.
+type generation struct {
+	set     *rules.Set
+	plugins map[string]*plugin
+}
+
+// Lookup implements rules.Catalog over the generation's plugins.
+func (g *generation) Lookup(name string) (sdk.Algorithm, bool) {
+	p, ok := g.plugins[name]
+	if !ok {
+		return nil, false
+	}
+	return p.alg, true
+}
+
+// PluginLoader loads a third-party plugin that rule files declare under
+// plugins: (a Wasm module or a process). The algorithm may implement
+// Close(context.Context) error, called once no serving rule uses it.
+type PluginLoader func(ctx context.Context, decl rules.PluginDecl) (sdk.Algorithm, error)
 
 // NewEngine registers the plugins' scripts with the capability and returns
 // an engine with an empty rule set.
@@ -212,7 +240,7 @@ func NewEngine(o Options) (*Engine, error) {
 	if o.Capability == nil {
 		return nil, errors.New("host: engine needs a capability")
 	}
-	e := &Engine{cap: o.Capability, log: o.Logger, plugins: map[string]*plugin{},
+	e := &Engine{cap: o.Capability, log: o.Logger, builtins: map[string]*plugin{}, loadPlugin: o.LoadPlugin, loaded: map[string]*plugin{},
 		deny: local.NewDenyCache(o.DenyCacheSize), local: local.NewLimiters(), obs: o.Observer, leases: newLeases()}
 	if e.obs == nil {
 		e.obs = nopObserver{}
@@ -223,32 +251,28 @@ func NewEngine(o Options) (*Engine, error) {
 	}
 	for _, alg := range o.Plugins {
 		info := alg.Info()
-		if _, dup := e.plugins[info.Name]; dup {
+		if _, dup := e.builtins[info.Name]; dup {
 			return nil, fmt.Errorf("host: plugin %q registered twice", info.Name)
 		}
 		reg, err := o.Capability.Register(info.Name, info.Scripts)
 		if err != nil {
 			return nil, fmt.Errorf("host: %w", err)
 		}
-		e.plugins[info.Name] = &plugin{alg: alg, reg: reg}
+		e.builtins[info.Name] = &plugin{alg: alg, reg: reg}
 	}
-	empty, err := rules.Compile(&rules.Files{}, e)
+	g := &generation{plugins: e.builtins}
+	empty, err := rules.Compile(&rules.Files{}, g)
 	if err != nil {
 		return nil, fmt.Errorf("host: empty rule set: %w", err)
 	}
-	e.set.Store(empty)
+	g.set = empty
+	e.gen.Store(g)
 	e.status.Store(&LoadStatus{})
 	return e, nil
 }
 
-// Lookup implements rules.Catalog.
-func (e *Engine) Lookup(name string) (sdk.Algorithm, bool) {
-	p, ok := e.plugins[name]
-	if !ok {
-		return nil, false
-	}
-	return p.alg, true
-}
+// Lookup implements rules.Catalog over the serving generation's plugins.
+func (e *Engine) Lookup(name string) (sdk.Algorithm, bool) { return e.gen.Load().Lookup(name) }
 
 // Load compiles the rule files at path and, only if they are valid, makes
 // them the serving set. On error the old set keeps serving; the error is a
@@ -257,24 +281,140 @@ func (e *Engine) Load(path string) (*rules.Set, error) {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
 	st := *e.status.Load()
-	set, err := rules.Load(path, e)
+	g, err := e.compile(path)
 	if err != nil {
 		st.LastError, st.LastErrorAt = err, time.Now()
 		st.Failures++
 		e.status.Store(&st)
-		e.obs.Reload(err, len(e.set.Load().Rules()))
+		e.obs.Reload(err, len(e.gen.Load().set.Rules()))
 		return nil, err
 	}
-	e.set.Store(set)
+	old := e.gen.Swap(g)
+	e.release(old, g)
 	e.deny.Clear() // limits may have changed
 	// Leases belong to the old rules: give their unused permits back.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*e.cap.Timeout())
 	e.ReturnLeases(ctx)
 	cancel()
-	st = LoadStatus{Path: path, Rules: len(set.Rules()), LoadedAt: time.Now(), Loads: st.Loads + 1, Failures: st.Failures}
+	st = LoadStatus{Path: path, Rules: len(g.set.Rules()), LoadedAt: time.Now(), Loads: st.Loads + 1, Failures: st.Failures}
 	e.status.Store(&st)
-	e.obs.Reload(nil, len(set.Rules()))
-	return set, nil
+	e.obs.Reload(nil, len(g.set.Rules()))
+	return g.set, nil
+}
+
+// compile parses the rule files, loads the third-party plugins they
+// declare (reusing those already loaded), and compiles the rules against
+// them. On error, plugins loaded for this attempt alone are released.
+func (e *Engine) compile(path string) (*generation, error) {
+	files, err := rules.Parse(path)
+	if files == nil {
+		return nil, err
+	}
+	g := &generation{plugins: make(map[string]*plugin, len(e.builtins))}
+	for name, p := range e.builtins {
+		g.plugins[name] = p
+	}
+	var loadErrs rules.ErrorList
+	for _, decl := range files.Plugins() {
+		if _, builtin := e.builtins[decl.Name]; builtin {
+			loadErrs = append(loadErrs, &rules.Error{Pos: decl.Pos, Code: "plugin-load", Message: fmt.Sprintf("plugin %q: the name of a built-in plugin", decl.Name)})
+			continue
+		}
+		p, err := e.thirdParty(decl)
+		if err != nil {
+			loadErrs = append(loadErrs, &rules.Error{Pos: decl.Pos, Code: "plugin-load", Message: fmt.Sprintf("plugin %q: %v", decl.Name, err)})
+			continue
+		}
+		g.plugins[decl.Name] = p
+	}
+	set, err := rules.Compile(files, g)
+	if err != nil || len(loadErrs) > 0 {
+		var list rules.ErrorList
+		if !errors.As(err, &list) && err != nil {
+			list = rules.ErrorList{{Code: "load", Message: err.Error()}}
+		}
+		list = append(list, loadErrs...)
+		slices.SortStableFunc(list, func(a, b *rules.Error) int {
+			return cmp.Or(strings.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Column, b.Pos.Column))
+		})
+		e.release(g, e.gen.Load())
+		return nil, list
+	}
+	g.set = set
+	return g, nil
+}
+
+// pluginKey identifies a plugin declaration: the same name, file and pin
+// reuse a loaded plugin across reloads.
+func pluginKey(d rules.PluginDecl) string {
+	return d.Name + "\x00" + d.Wasm + "\x00" + d.Process + "\x00" + d.SHA256
+}
+
+// thirdParty returns the loaded plugin for decl, loading it if needed.
+func (e *Engine) thirdParty(decl rules.PluginDecl) (*plugin, error) {
+	key := pluginKey(decl)
+	if p, ok := e.loaded[key]; ok {
+		return p, nil
+	}
+	if e.loadPlugin == nil {
+		return nil, errors.New("this ruled cannot load third-party plugins")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	alg, err := e.loadPlugin(ctx, decl)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := e.cap.Register(decl.Name, alg.Info().Scripts)
+	if err != nil {
+		closePlugin(alg, e.log)
+		return nil, err
+	}
+	p := &plugin{alg: alg, reg: reg, key: key}
+	e.loaded[key] = p
+	e.log.Info("plugin started", "plugin", decl.Name, "wasm", decl.Wasm, "process", decl.Process, "version", alg.Info().Version)
+	return p, nil
+}
+
+// release closes the third-party plugins of from that keep is not using.
+// Checks still running on from finish first: a plugin's Close must let
+// in-flight calls end (drivers close their instances as calls return).
+func (e *Engine) release(from, keep *generation) {
+	if from == nil {
+		return
+	}
+	for name, p := range from.plugins {
+		if p.key == "" {
+			continue
+		}
+		if kp, ok := keep.plugins[name]; ok && kp == p {
+			continue
+		}
+		if e.loaded[p.key] != p {
+			continue
+		}
+		delete(e.loaded, p.key)
+		closePlugin(p.alg, e.log)
+		e.log.Info("plugin stopped", "plugin", name)
+	}
+}
+
+func closePlugin(alg sdk.Algorithm, log *slog.Logger) {
+	if c, ok := alg.(interface{ Close(context.Context) error }); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil {
+			log.Warn("closing plugin", "plugin", alg.Info().Name, "err", err)
+		}
+	}
+}
+
+// Close returns leased permits and stops every third-party plugin.
+func (e *Engine) Close(ctx context.Context) {
+	e.ReturnLeases(ctx)
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	e.release(e.gen.Load(), &generation{})
 }
 
 // Reload loads the rules again from the path of the last successful Load
@@ -297,17 +437,19 @@ func (e *Engine) Status() LoadStatus { return *e.status.Load() }
 // Reset forgets everything a rule's plugin stores for one subject, so that
 // the subject starts afresh. It returns the number of keys removed.
 func (e *Engine) Reset(ctx context.Context, rule, subject string) (int64, error) {
-	r, ok := e.set.Load().Rule(rule)
+	g := e.gen.Load()
+	r, ok := g.set.Rule(rule)
 	if !ok {
 		return 0, fmt.Errorf("host: no rule %q", rule)
 	}
-	return e.plugins[r.Plugin].reg.Reset(ctx, rule, subject)
+	return g.plugins[r.Plugin].reg.Reset(ctx, rule, subject)
 }
 
 // PluginInfos returns the Info of every plugin the engine can run.
 func (e *Engine) PluginInfos() []sdk.Info {
-	out := make([]sdk.Info, 0, len(e.plugins))
-	for _, p := range e.plugins {
+	plugins := e.gen.Load().plugins
+	out := make([]sdk.Info, 0, len(plugins))
+	for _, p := range plugins {
 		out = append(out, p.alg.Info())
 	}
 	slices.SortFunc(out, func(a, b sdk.Info) int { return strings.Compare(a.Name, b.Name) })
@@ -315,13 +457,13 @@ func (e *Engine) PluginInfos() []sdk.Info {
 }
 
 // Rules returns the serving rule set.
-func (e *Engine) Rules() *rules.Set { return e.set.Load() }
+func (e *Engine) Rules() *rules.Set { return e.gen.Load().set }
 
 // Preload loads every plugin's scripts into Redis, so that the first
 // decisions do not pay for it. Failure is not fatal: scripts load on demand.
 func (e *Engine) Preload(ctx context.Context) error {
 	var errs []error
-	for _, p := range e.plugins {
+	for _, p := range e.gen.Load().plugins {
 		errs = append(errs, p.reg.Preload(ctx))
 	}
 	return errors.Join(errs...)
@@ -344,12 +486,12 @@ func (e *Engine) Check(ctx context.Context, req *CheckRequest) Result {
 }
 
 func (e *Engine) check(ctx context.Context, req *CheckRequest) Result {
-	set := e.set.Load()
+	g := e.gen.Load()
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
-	sels := set.Match(&in)
+	sels := g.set.Match(&in)
 	res := Result{Allowed: true, Results: make([]RuleResult, 0, len(sels))}
 	for _, sel := range sels {
-		rr := e.decide(ctx, sel, req)
+		rr := e.decide(ctx, g, sel, req)
 		res.Results = append(res.Results, rr)
 		if rr.Shadow || rr.Allowed {
 			continue
@@ -359,13 +501,13 @@ func (e *Engine) check(ctx context.Context, req *CheckRequest) Result {
 		if rr.Degraded == DegradedDeny {
 			res.FailClosed = true
 		}
-		e.refund(ctx, sels, res.Results, req)
+		e.refund(ctx, g, sels, res.Results, req)
 		break
 	}
 	return res
 }
 
-func (e *Engine) decide(ctx context.Context, sel rules.Selection, req *CheckRequest) RuleResult {
+func (e *Engine) decide(ctx context.Context, g *generation, sel rules.Selection, req *CheckRequest) RuleResult {
 	rule := sel.Rule
 	rr := RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow}
 	if sel.Err != nil {
@@ -383,9 +525,9 @@ func (e *Engine) decide(ctx context.Context, sel rules.Selection, req *CheckRequ
 	var d sdk.Decision
 	var err error
 	if leaseable(rule, req) {
-		d, err = e.decideLeased(ctx, sel, req)
+		d, err = e.decideLeased(ctx, g.plugins[rule.Plugin], sel, req)
 	} else {
-		p := e.plugins[rule.Plugin]
+		p := g.plugins[rule.Plugin]
 		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
 		d, err = safeDecide(ctx, p, rule.Name, sel.Config, sreq)
 	}
@@ -474,13 +616,13 @@ func (e *Engine) DenyCacheHits() int64 { return e.deny.Hits() }
 // refund gives back what the evaluated rules granted to a request that was
 // denied in the end. Only plugin-granted units are refunded; a refund that
 // fails is logged and otherwise ignored (the units expire with the window).
-func (e *Engine) refund(ctx context.Context, sels []rules.Selection, done []RuleResult, req *CheckRequest) {
+func (e *Engine) refund(ctx context.Context, g *generation, sels []rules.Selection, done []RuleResult, req *CheckRequest) {
 	for i, rr := range done {
 		if rr.Degraded != DegradedNone || !rr.Allowed || rr.Granted <= 0 {
 			continue
 		}
 		sel := sels[i]
-		p := e.plugins[sel.Rule.Plugin]
+		p := g.plugins[sel.Rule.Plugin]
 		back := sdk.Request{Subject: sel.Subject, Hits: -rr.Granted, DedupID: req.DedupID, Attrs: req.Attrs}
 		if _, err := safeDecide(ctx, p, sel.Rule.Name, sel.Config, back); err != nil {
 			e.log.Warn("refund failed", "rule", sel.Rule.Name, "err", err)

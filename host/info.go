@@ -23,7 +23,7 @@ type RuleInfo struct {
 
 // RuleInfos describes the serving rules in order.
 func (e *Engine) RuleInfos() []RuleInfo {
-	rs := e.set.Load().Rules()
+	rs := e.gen.Load().set.Rules()
 	out := make([]RuleInfo, len(rs))
 	for i, r := range rs {
 		out[i] = RuleInfo{

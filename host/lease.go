@@ -36,6 +36,7 @@ type leaseShard struct {
 type lease struct {
 	mu       sync.Mutex
 	rule     *rules.Rule // the rule (of one loaded set) that filled it
+	plugin   *plugin
 	sel      rules.Selection
 	permits  int64
 	taken    time.Time    // when the permits were taken
@@ -84,7 +85,7 @@ func (ls *leases) drain() []*lease {
 		for k, l := range s.m {
 			l.mu.Lock()
 			if l.permits > 0 && now.Before(l.expires) {
-				cp := &lease{rule: l.rule, sel: l.sel, permits: l.permits}
+				cp := &lease{rule: l.rule, plugin: l.plugin, sel: l.sel, permits: l.permits}
 				out = append(out, cp)
 			}
 			l.permits = 0
@@ -106,7 +107,7 @@ func leaseable(rule *rules.Rule, req *CheckRequest) bool {
 // lease from Redis (lease permits, best effort, in one call) when it cannot.
 // The lease's lock is held across a refill, so that concurrent requests for
 // one subject wait for one refill instead of each taking a lease.
-func (e *Engine) decideLeased(ctx context.Context, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
+func (e *Engine) decideLeased(ctx context.Context, p *plugin, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
 	rule := sel.Rule
 	l := e.leases.get(local.Key(rule.Name, sel.Subject))
 	l.mu.Lock()
@@ -116,7 +117,6 @@ func (e *Engine) decideLeased(ctx context.Context, sel rules.Selection, req *Che
 		l.permits -= req.Hits
 		return l.grant(req.Hits, now), nil
 	}
-	p := e.plugins[rule.Plugin]
 	want := max(rule.Lease, req.Hits)
 	fill := sdk.Request{Subject: sel.Subject, Hits: want, BestEffort: true, Attrs: req.Attrs}
 	d, err := safeDecide(ctx, p, rule.Name, sel.Config, fill)
@@ -136,7 +136,7 @@ func (e *Engine) decideLeased(ctx context.Context, sel rules.Selection, req *Che
 		alone := sdk.Request{Subject: sel.Subject, Hits: req.Hits, Attrs: req.Attrs}
 		return safeDecide(ctx, p, rule.Name, sel.Config, alone)
 	}
-	l.rule, l.sel = rule, sel
+	l.rule, l.sel, l.plugin = rule, sel, p
 	l.permits = d.Granted - req.Hits
 	l.taken = now
 	age := MaxLeaseAge
@@ -162,9 +162,8 @@ func (l *lease) grant(hits int64, now time.Time) sdk.Decision {
 // quota period has moved on.
 func (e *Engine) ReturnLeases(ctx context.Context) {
 	for _, l := range e.leases.drain() {
-		p := e.plugins[l.rule.Plugin]
 		back := sdk.Request{Subject: l.sel.Subject, Hits: -l.permits}
-		if _, err := safeDecide(ctx, p, l.rule.Name, l.sel.Config, back); err != nil {
+		if _, err := safeDecide(ctx, l.plugin, l.rule.Name, l.sel.Config, back); err != nil {
 			e.log.Warn("returning leased permits failed", "rule", l.rule.Name, "err", err)
 		}
 	}
