@@ -5,7 +5,7 @@ RULES     ?= examples/rules
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: run test deps build lint fmt bench bench-go
+.PHONY: run test deps build lint fmt bench plugins bench-go
 
 ## run: install redis-server if missing, then serve examples/rules on 127.0.0.1:8080
 run: deps build
@@ -22,6 +22,14 @@ deps:
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ruled ./cmd/ruled
+
+## plugins: build every built-in as a Wasm module into bin/plugins/ (docs/abi.md)
+plugins:
+	@mkdir -p bin/plugins
+	@for d in plugins/*/wasm; do n=$$(basename $$(dirname $$d)); \
+		echo "GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/plugins/$$n.wasm ./$$d"; \
+		GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/plugins/$$n.wasm ./$$d || exit 1; \
+	done
 
 ## lint: staticcheck (installed into GOPATH/bin on first use)
 lint:

@@ -39,4 +39,3 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	})
 }
-

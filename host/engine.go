@@ -190,6 +190,9 @@ type Engine struct {
 	leases      *leases
 }
 
+// ErrNoRule is the error of an operation on a rule the serving set lacks.
+var ErrNoRule = errors.New("host: no rule")
+
 // LoadStatus describes the serving rule set and the last load attempt.
 type LoadStatus struct {
 	// Path is where the serving rules were loaded from.
@@ -440,7 +443,7 @@ func (e *Engine) Reset(ctx context.Context, rule, subject string) (int64, error)
 	g := e.gen.Load()
 	r, ok := g.set.Rule(rule)
 	if !ok {
-		return 0, fmt.Errorf("host: no rule %q", rule)
+		return 0, fmt.Errorf("%w %q", ErrNoRule, rule)
 	}
 	return g.plugins[r.Plugin].reg.Reset(ctx, rule, subject)
 }

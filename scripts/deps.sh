@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs what ruled and its tests need on a Debian or Ubuntu machine:
-# redis-server (the managed store and the test harness). Idempotent.
+# redis-server (the managed store and the test harness), nginx (the
+# end-to-end test of examples/proxies/nginx) and chromium (the headless test
+# of the status page, host/ui). Idempotent.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+# Debian puts nginx in /usr/sbin, which is not on every user's PATH.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "ruled needs ${need[*]}: install redis-server with your package manager (macOS: brew install redis)" >&2
+  echo "ruled needs ${need[*]}: install them with your package manager (macOS: brew install redis nginx; brew install --cask chromium)" >&2
   exit 1
 fi
 sudo=""
@@ -15,5 +20,11 @@ sudo=""
 echo "installing ${need[*]} from the distribution's packages" >&2
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-# The package starts a system-wide redis on :6379; ruled does not need it.
-if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+# The packages start a system-wide redis on :6379 and nginx on :80; ruled
+# and its tests need neither (the tests start their own on loopback ports).
+if command -v systemctl >/dev/null 2>&1; then
+  for unit in redis-server nginx; do
+    [[ " ${need[*]} " == *" ${unit} "* ]] && { $sudo systemctl disable --now "$unit" >/dev/null 2>&1 || true; }
+  done
+fi
+exit 0

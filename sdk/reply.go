@@ -21,12 +21,10 @@ func NewReply(v any) Reply {
 		return Reply{}
 	case Reply:
 		return t
-	case int64:
-		return Reply{v: t}
+	case int64, string, []Reply:
+		return Reply{v: v} // already boxed: no allocation
 	case int:
 		return Reply{v: int64(t)}
-	case string:
-		return Reply{v: t}
 	case []byte:
 		return Reply{v: string(t)}
 	case []any:
@@ -35,8 +33,6 @@ func NewReply(v any) Reply {
 			arr[i] = NewReply(e)
 		}
 		return Reply{v: arr}
-	case []Reply:
-		return Reply{v: t}
 	case []int64:
 		arr := make([]Reply, len(t))
 		for i, e := range t {

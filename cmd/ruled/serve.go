@@ -21,7 +21,9 @@ import (
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/httpapi"
+	"github.com/ruled-dev/ruled/host/metrics"
 	"github.com/ruled-dev/ruled/host/store"
+	"github.com/ruled-dev/ruled/host/ui"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 )
 
@@ -37,7 +39,9 @@ type serveConfig struct {
 	trusted      string
 	watch        bool
 	pipeline     bool
+	isolate      bool
 	grpcListen   string
+	debugListen  string
 
 	trustedProxies []netip.Prefix
 }
@@ -52,11 +56,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", capability.DefaultTimeout, "time-out of one Redis call; past it the rule's on_error applies")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for /v1/admin/ (the admin endpoints are off without one)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for /v1/admin/ and the status page /ui/ (without one: reload and reset are off, and the read-only status endpoints answer loopback requests only when --listen is on loopback)")
 	fs.StringVar(&c.trusted, "trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDRs whose X-Forwarded-*/X-Real-IP headers /v1/auth believes; empty trusts none")
 	fs.BoolVar(&c.watch, "watch", true, "reload the rules when files in their directory change")
 	fs.BoolVar(&c.pipeline, "redis-pipeline", true, "coalesce the Redis calls of concurrent decisions into pipelines")
+	fs.BoolVar(&c.isolate, "redis-acl", true, "run each plugin's scripts as its own Redis ACL user (its keys and declared commands only); needs ACL SETUSER rights, else the lines to run are logged")
 	fs.StringVar(&c.grpcListen, "grpc-listen", "", "gRPC listen address for Envoy's rate limit service (off when empty)")
+	fs.StringVar(&c.debugListen, "debug-listen", "", "listen address for pprof under /debug/pprof/, apart from the API (off when empty; keep it on loopback)")
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
 	}
@@ -114,15 +120,21 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	defer st.Close()
 	log.Info("redis", "store", st.Describe())
 
-	capOpts := capability.Options{Timeout: c.redisTimeout, Logger: log}
+	m := metrics.New(metrics.Options{Version: version})
+	capOpts := capability.Options{Timeout: c.redisTimeout, Logger: log, Observe: m.RedisCall, OnAvailability: m.RedisAvailable}
 	if c.pipeline {
 		capOpts.Pipeline = redis.DefaultBlockingAutoPipelineOptions()
 	}
+	if c.isolate {
+		capOpts.Isolation = &capability.Isolation{ClientAs: st.ClientAs}
+	}
 	cap := capability.New(st.Client(), capOpts)
-	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtin.All(), Logger: log})
+	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtin.All(), Logger: log, Observer: m})
 	if err != nil {
 		return err
 	}
+	m.Bind(engine)
+	defer logPlugins(log, engine)()
 	set, err := engine.Load(c.rules)
 	if err != nil {
 		printRuleErrors(stderr, err)
@@ -144,14 +156,20 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.listen, err)
 	}
+	// Ready: Redis answers a PING and every plugin can decide.
+	ready := func(ctx context.Context) error { return errors.Join(st.Ping(ctx), engine.PluginsReady()) }
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Checker:        engine,
-			Ready:          st.Ping,
+			Ready:          ready,
 			Logger:         log,
 			Admin:          adminAPI{engine},
 			AdminToken:     c.adminToken,
 			TrustedProxies: c.trustedProxies,
+			Metrics:        m.Handler(),
+			UI:             ui.Handler(),
+			Stats:          m.StatusFunc(st.Describe(), ready),
+			LoopbackStatus: c.adminToken == "" && loopbackAddr(ln.Addr()),
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -161,12 +179,19 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("ruled serving", "listen", ln.Addr().String(), "version", version)
+	logStatusPage(log, ln.Addr(), c.adminToken != "")
 	stopGRPC, grpcServed, err := startGRPC(c.grpcListen, engine, log)
 	if err != nil {
 		_ = srv.Close()
 		return err
 	}
 	defer stopGRPC()
+	stopDebug, err := startDebug(c.debugListen, log)
+	if err != nil {
+		_ = srv.Close()
+		return err
+	}
+	defer stopDebug()
 
 	if c.watch {
 		watchCtx, stopWatch := context.WithCancel(ctx)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,10 @@ type Options struct {
 	// OnAvailability, when set, is called when Redis becomes unavailable
 	// (false: the circuit opened) and available again (true).
 	OnAvailability func(available bool)
+	// Isolation, when set, runs each plugin's scripts as its own ACL user.
+	// Where ruled may not create the users, Register logs the ACL SETUSER
+	// lines for the operator and warns that isolation is off.
+	Isolation *Isolation
 	// Pipeline coalesces the script calls of concurrent decisions into Redis
 	// pipelines (go-redis autopipelining) when set. Each decision still
 	// waits for its own reply; only the round trips are shared.
@@ -67,6 +72,9 @@ type Capability struct {
 	clock    func() int64
 	breaker  *breaker
 	observe  func(plugin, script string, took time.Duration, err error)
+
+	isolation *Isolation
+	pipeline  *redis.AutoPipelineOptions
 }
 
 // New returns a Capability over client.
@@ -75,23 +83,17 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 	if c.observe == nil {
 		c.observe = func(string, string, time.Duration, error) {}
 	}
-	c.scripter = client
-	if opts.Pipeline != nil {
-		type autoPipeliner interface {
-			AutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
-		}
-		if ap, ok := client.(autoPipeliner); ok {
-			if p, err := ap.AutoPipelineWithOptions(opts.Pipeline); err == nil {
-				c.scripter = p
-			} else {
-				c.log.Warn("autopipelining off: bad options", "err", err)
-			}
-		}
-	}
+	c.isolation, c.pipeline = opts.Isolation, opts.Pipeline
+	c.scripter = c.scripterFor(client)
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
-	if c.prefix == "" {
+	if c.prefix == "" || strings.ContainsAny(c.prefix, "{}*?[]\\ ") {
+		// Braces would move the hash tag and glob bytes would break Reset
+		// and ACL key patterns.
+		if c.prefix != "" {
+			c.log.Warn("key prefix refused; using the default", "prefix", c.prefix, "default", DefaultPrefix)
+		}
 		c.prefix = DefaultPrefix
 	}
 	if c.log == nil {
@@ -108,6 +110,25 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 		}
 	})
 	return c
+}
+
+// scripterFor returns what runs scripts on client: the client, or its
+// autopipeliner when pipelining is on.
+func (c *Capability) scripterFor(client redis.UniversalClient) redis.Scripter {
+	if c.pipeline == nil {
+		return client
+	}
+	type autoPipeliner interface {
+		AutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
+	}
+	if ap, ok := client.(autoPipeliner); ok {
+		p, err := ap.AutoPipelineWithOptions(c.pipeline)
+		if err == nil {
+			return p
+		}
+		c.log.Warn("autopipelining off: bad options", "err", err)
+	}
+	return client
 }
 
 // Available reports whether the circuit is closed: the last calls found
@@ -162,6 +183,10 @@ type Plugin struct {
 	ns      string // "<prefix>:<plugin>:"
 	scripts map[string]*redis.Script
 	log     *slog.Logger
+	// scripter runs the plugin's scripts: as its own ACL user when
+	// isolated, else the capability's shared one.
+	scripter redis.Scripter
+	isolated bool
 }
 
 // Register declares a plugin's scripts. Names must be valid and scripts
@@ -186,8 +211,25 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		}
 		p.scripts[s.Name] = redis.NewScript(Prelude + s.Source)
 	}
+	if err := CheckCommands(scripts); err != nil {
+		return nil, fmt.Errorf("capability: plugin %s: %w", plugin, err)
+	}
+	p.scripter = c.scripter
+	if c.isolation != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*c.timeout)
+		client, err := c.isolate(ctx, plugin, scripts)
+		cancel()
+		if err != nil {
+			c.log.Warn("plugin isolation off", "plugin", plugin, "err", err)
+		} else {
+			p.scripter, p.isolated = c.scripterFor(client), true
+		}
+	}
 	return p, nil
 }
+
+// Isolated reports whether the plugin's scripts run as its own ACL user.
+func (p *Plugin) Isolated() bool { return p.isolated }
 
 // Name returns the plugin's name.
 func (p *Plugin) Name() string { return p.name }
@@ -256,10 +298,16 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.cap.timeout)
 	defer cancel()
-	v, err := p.cap.run(ctx, s, full, argv)
+	v, err := p.cap.run(ctx, p.scripter, s, full, argv)
 	if err != nil && err != redis.Nil {
 		err = classify(p.name, script, err)
-		p.cap.breaker.record(Unavailable(err) && !errors.Is(err, context.Canceled), probe)
+		unavailable := Unavailable(err) && !errors.Is(err, context.Canceled)
+		if cc, ok := p.cap.client.(*redis.ClusterClient); ok && unavailable {
+			// A master may have failed over: learn the new owners of the
+			// slots now rather than at the next periodic reload.
+			cc.ReloadState(context.Background())
+		}
+		p.cap.breaker.record(unavailable, probe)
 		p.cap.observe(p.name, script, time.Since(start), err)
 		return sdk.Reply{}, err
 	}
@@ -271,9 +319,9 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 // run runs one script call. A pipelined call waits for its batch, which
 // does not watch ctx, so it runs aside and the caller stops waiting at the
 // deadline; the abandoned call ends by the client's read time-out.
-func (c *Capability) run(ctx context.Context, s *redis.Script, keys []string, argv []any) (any, error) {
-	if c.scripter == redis.Scripter(c.client) {
-		return s.Run(ctx, c.scripter, keys, argv...).Result()
+func (c *Capability) run(ctx context.Context, sc redis.Scripter, s *redis.Script, keys []string, argv []any) (any, error) {
+	if _, pipelined := sc.(*redis.AutoPipeliner); !pipelined {
+		return s.Run(ctx, sc, keys, argv...).Result()
 	}
 	type result struct {
 		v   any
@@ -281,7 +329,7 @@ func (c *Capability) run(ctx context.Context, s *redis.Script, keys []string, ar
 	}
 	done := make(chan result, 1)
 	go func() {
-		v, err := s.Run(ctx, c.scripter, keys, argv...).Result()
+		v, err := s.Run(ctx, sc, keys, argv...).Result()
 		done <- result{v, err}
 	}()
 	select {

@@ -100,9 +100,14 @@ const maxSubjectKeyLen = 128
 // EscapeSubject makes an arbitrary subject safe inside a key's hash tag:
 // bytes outside a conservative set are percent-encoded, and a subject whose
 // escaped form is longer than 128 bytes becomes "#" and 32 hex digits of its
-// SHA-256. Distinct subjects always map to distinct strings, except for the
+// SHA-256; the empty subject becomes "%". Distinct subjects always map to distinct strings, except for the
 // negligible chance of a hash collision among long ones.
 func EscapeSubject(s string) string {
+	if s == "" {
+		// "{}" would make Redis Cluster hash the whole key: "%" is a
+		// subject no other subject escapes to.
+		return "%"
+	}
 	clean := true
 	for i := 0; i < len(s); i++ {
 		if !safeByte(s[i]) {

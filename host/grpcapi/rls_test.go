@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,7 +180,7 @@ func TestSeveralDescriptorsInOneCall(t *testing.T) {
 		t.Fatalf("per-ip limit %v", cl)
 	}
 	// The most restrictive rule is reported in the headers: per-ip, 1 left.
-	if got := header(resp, "ratelimit"); got != `"per-ip";r=1;t=10` && got != `"per-ip";r=1;t=9` {
+	if got := header(resp, "ratelimit"); !strings.HasPrefix(got, `"per-ip";r=1;t=`) {
 		t.Fatalf("ratelimit header %q", got)
 	}
 	ask(ip) // per-ip now exhausted

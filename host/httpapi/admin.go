@@ -3,7 +3,10 @@ package httpapi
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -16,12 +19,15 @@ type Admin interface {
 	Status() host.LoadStatus
 	RuleInfos() []host.RuleInfo
 	PluginInfos() []sdk.Info
+	PluginStatuses() []host.PluginStatus
 	Reload() (int, error)
 	Reset(ctx context.Context, rule, subject string) (int64, error)
 }
 
-// mountAdmin adds the admin endpoints, each behind the bearer token.
-func (s *Server) mountAdmin(a Admin, token string) {
+// mountAdmin adds the admin endpoints, each behind the bearer token. With
+// no token only the read-only ones are mounted, for loopback requests only
+// (Options.LoopbackStatus).
+func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) any) {
 	guard := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -33,12 +39,24 @@ func (s *Server) mountAdmin(a Admin, token string) {
 			h(w, r)
 		}
 	}
-	s.mux.HandleFunc("GET /v1/admin/rules", guard(func(w http.ResponseWriter, r *http.Request) {
+	readOnly := guard
+	if token == "" {
+		readOnly = loopbackOnly
+	}
+	s.mux.HandleFunc("GET /v1/admin/rules", readOnly(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, rulesAnswer(a))
 	}))
-	s.mux.HandleFunc("GET /v1/admin/plugins", guard(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"plugins": pluginsAnswer(a.PluginInfos())})
+	s.mux.HandleFunc("GET /v1/admin/plugins", readOnly(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"plugins": pluginsAnswer(a.PluginInfos(), a.PluginStatuses())})
 	}))
+	if stats != nil {
+		s.mux.HandleFunc("GET /v1/admin/stats", readOnly(func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, stats(r.Context()))
+		}))
+	}
+	if token == "" {
+		return
+	}
 	s.mux.HandleFunc("POST /v1/admin/reload", guard(func(w http.ResponseWriter, r *http.Request) {
 		n, err := a.Reload()
 		if err != nil {
@@ -64,8 +82,12 @@ func (s *Server) mountAdmin(a Admin, token string) {
 			return
 		}
 		n, err := a.Reset(r.Context(), body.Rule, body.Subject)
+		if errors.Is(err, host.ErrNoRule) {
+			writeError(w, &Error{Status: http.StatusNotFound, Code: "unknown_rule", Message: err.Error()})
+			return
+		}
 		if err != nil {
-			writeError(w, &Error{Status: http.StatusNotFound, Code: "reset_failed", Message: err.Error()})
+			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "reset_failed", Message: err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"deleted_keys": n})
@@ -97,12 +119,23 @@ type pluginAnswer struct {
 	Version  string   `json:"version"`
 	Scripts  []string `json:"scripts"`
 	Commands []string `json:"commands"`
+	// Status is "ok" or why the plugin cannot decide.
+	Status string `json:"status"`
 }
 
-func pluginsAnswer(infos []sdk.Info) []pluginAnswer {
+func pluginsAnswer(infos []sdk.Info, statuses []host.PluginStatus) []pluginAnswer {
+	status := make(map[string]string, len(statuses))
+	for _, ps := range statuses {
+		if ps.Err != nil {
+			status[ps.Name] = ps.Err.Error()
+		}
+	}
 	out := make([]pluginAnswer, len(infos))
 	for i, in := range infos {
-		pa := pluginAnswer{Name: in.Name, Version: in.Version, Scripts: []string{}, Commands: []string{}}
+		pa := pluginAnswer{Name: in.Name, Version: in.Version, Scripts: []string{}, Commands: []string{}, Status: "ok"}
+		if st, bad := status[in.Name]; bad {
+			pa.Status = st
+		}
 		seen := map[string]bool{}
 		for _, s := range in.Scripts {
 			pa.Scripts = append(pa.Scripts, s.Name)
@@ -116,4 +149,36 @@ func pluginsAnswer(infos []sdk.Info) []pluginAnswer {
 		out[i] = pa
 	}
 	return out
+}
+
+// loopbackOnly lets a request through only when it comes from a loopback
+// peer and names a loopback host: "localhost", "127.0.0.1", "[::1]", with
+// or without a port. Checking the Host header defeats DNS rebinding, where
+// a web page makes the browser send requests for its own name to 127.0.0.1.
+func loopbackOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackPeer(r.RemoteAddr) || !loopbackHost(r.Host) {
+			writeError(w, &Error{Status: http.StatusForbidden, Code: "forbidden",
+				Message: "without --admin-token the status endpoints answer only loopback requests to a loopback host name"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+func loopbackPeer(remote string) bool {
+	ap, err := netip.ParseAddrPort(remote)
+	return err == nil && ap.Addr().Unmap().IsLoopback()
+}
+
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }

@@ -39,6 +39,19 @@ type Options struct {
 	// X-Forwarded-*, X-Original-*) /v1/auth believes. Nil means
 	// DefaultTrustedProxies (loopback); an empty non-nil slice trusts none.
 	TrustedProxies []netip.Prefix
+	// Metrics, when set, serves GET /metrics (Prometheus exposition).
+	Metrics http.Handler
+	// UI, when set, serves the status page under /ui/ (the handler sees
+	// paths without the /ui prefix).
+	UI http.Handler
+	// Stats, when set, returns the JSON-encodable counters that
+	// GET /v1/admin/stats serves to the status page.
+	Stats func(ctx context.Context) any
+	// LoopbackStatus serves the read-only admin endpoints (GET rules,
+	// plugins, stats) without a token when AdminToken is empty, to requests
+	// from a loopback peer naming a loopback host (no DNS rebinding). Set it
+	// only when the listener is bound to loopback. Reload and reset stay off.
+	LoopbackStatus bool
 }
 
 // Server is the HTTP handler of the v1 API.
@@ -70,8 +83,14 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
 	s.mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
 	s.mux.HandleFunc("POST /v1/acquire", s.handleAcquire)
-	if o.Admin != nil && o.AdminToken != "" {
-		s.mountAdmin(o.Admin, o.AdminToken)
+	if o.Admin != nil && (o.AdminToken != "" || o.LoopbackStatus) {
+		s.mountAdmin(o.Admin, o.AdminToken, o.Stats)
+	}
+	if o.Metrics != nil {
+		s.mux.Handle("GET /metrics", o.Metrics)
+	}
+	if o.UI != nil {
+		s.mux.Handle("GET /ui/", http.StripPrefix("/ui", o.UI))
 	}
 	return s
 }

@@ -138,7 +138,7 @@ func openManaged(ctx context.Context, o Options, log *slog.Logger) (_ *Store, er
 	m.cur = p
 
 	ep := &endpoint{kind: KindStandalone, simple: &redis.Options{Network: "unix", Addr: m.sock}}
-	s := &Store{kind: KindManaged, m: m}
+	s := &Store{kind: KindManaged, m: m, ep: ep}
 	if s.client, s.dialTO, err = newClient(ep, o); err != nil {
 		p.stop()
 		return nil, err

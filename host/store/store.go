@@ -32,6 +32,13 @@ const (
 	DefaultStartTimeout = 10 * time.Second
 )
 
+// clusterReloadInterval is how old a Cluster client's slot map may get
+// before the next command reloads it (in the background). go-redis reloads
+// it on MOVED or ASK, but a killed master answers nothing: with go-redis's
+// default of 60 s, its slots kept going to the dead address for a minute
+// after a replica had taken over (host/cluster_test.go measured it).
+const clusterReloadInterval = time.Second
+
 // Options configure Open. The zero value starts a managed redis-server.
 type Options struct {
 	// URL selects an external Redis. "" starts a managed local redis-server.
@@ -84,6 +91,10 @@ type Store struct {
 	desc   string   // external mode
 	m      *managed // managed mode, else nil
 	dialTO time.Duration
+	ep     *endpoint // the endpoint the client was built for, to build more
+
+	mu    sync.Mutex
+	extra []redis.UniversalClient // clients of ClientAs, closed by Close
 
 	closeOnce sync.Once
 	closeErr  error
@@ -110,7 +121,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{kind: ep.kind, desc: ep.desc}
+	s := &Store{kind: ep.kind, desc: ep.desc, ep: ep}
 	s.client, s.dialTO, err = newClient(ep, o)
 	if err != nil {
 		return nil, err
@@ -175,6 +186,9 @@ func newClient(ep *endpoint, o Options) (c redis.UniversalClient, dialTO time.Du
 	case KindCluster:
 		x := ep.cluster
 		dialTO = apply(&x.DialTimeout, &x.ReadTimeout, &x.WriteTimeout, &x.PoolSize, &x.ContextTimeoutEnabled)
+		if x.ClusterStateReloadInterval == 0 {
+			x.ClusterStateReloadInterval = clusterReloadInterval
+		}
 		c = redis.NewClusterClient(x)
 	default:
 		return nil, 0, fmt.Errorf("store: unknown endpoint kind %q", ep.kind)
@@ -185,6 +199,33 @@ func newClient(ep *endpoint, o Options) (c redis.UniversalClient, dialTO time.Du
 // Client returns the Redis client. It stays valid until Close; in managed
 // mode it reconnects by itself after the server was restarted.
 func (s *Store) Client() redis.UniversalClient { return s.client }
+
+// ClientAs returns a new client to the same Redis, with the same time-outs
+// and pool size, that authenticates as user with password: the connection
+// of one plugin's ACL user. The Store closes it on Close.
+func (s *Store) ClientAs(user, password string) (redis.UniversalClient, error) {
+	var c redis.UniversalClient
+	switch s.ep.kind {
+	case KindStandalone:
+		cp := *s.ep.simple
+		cp.Username, cp.Password = user, password
+		c = redis.NewClient(&cp)
+	case KindSentinel:
+		cp := *s.ep.failover
+		cp.Username, cp.Password = user, password
+		c = redis.NewFailoverClient(&cp)
+	case KindCluster:
+		cp := *s.ep.cluster
+		cp.Username, cp.Password = user, password
+		c = redis.NewClusterClient(&cp)
+	default:
+		return nil, fmt.Errorf("store: no client kind for %q", s.ep.kind)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.extra = append(s.extra, c)
+	return c, nil
+}
 
 // Managed reports whether the Store runs its own redis-server.
 func (s *Store) Managed() bool { return s.m != nil }
@@ -251,6 +292,12 @@ func (s *Store) Close() error {
 		if s.m != nil {
 			s.m.stopSupervision()
 		}
+		s.mu.Lock()
+		for _, c := range s.extra {
+			_ = c.Close()
+		}
+		s.extra = nil
+		s.mu.Unlock()
 		if err := s.client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 			errs = append(errs, fmt.Errorf("store: closing the Redis client: %w", err))
 		}

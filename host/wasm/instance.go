@@ -113,6 +113,12 @@ func (in *instance) begin(h sdk.Host) {
 // end finishes a call.
 func (in *instance) end() {
 	in.flush()
+	if in.mem != nil && !in.broken {
+		size := in.mem.Size()
+		for cur := in.p.maxMemory.Load(); size > cur && !in.p.maxMemory.CompareAndSwap(cur, size); {
+			cur = in.p.maxMemory.Load()
+		}
+	}
 	in.host, in.capErr, in.pending = nil, nil, nil
 	if cap(in.enc) > maxKeptBuf {
 		in.enc = nil

@@ -163,21 +163,43 @@ type logRecorder struct {
 
 func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
 
-func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+func (r *logRecorder) Handle(ctx context.Context, rec slog.Record) error {
+	return (&attrRecorder{r: r}).Handle(ctx, rec)
+}
+
+func (r *logRecorder) WithAttrs(as []slog.Attr) slog.Handler { return &attrRecorder{r: r, attrs: as} }
+func (r *logRecorder) WithGroup(string) slog.Handler         { return r }
+
+// attrRecorder is a logRecorder with attributes.
+type attrRecorder struct {
+	r     *logRecorder
+	attrs []slog.Attr
+}
+
+func (a *attrRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (a *attrRecorder) Handle(_ context.Context, rec slog.Record) error {
 	var b strings.Builder
 	b.WriteString(rec.Message)
-	rec.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+	add := func(at slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", at.Key, at.Value)
 		return true
-	})
-	r.mu.Lock()
-	r.lines = append(r.lines, b.String())
-	r.mu.Unlock()
+	}
+	rec.Attrs(add)
+	for _, at := range a.attrs {
+		add(at)
+	}
+	a.r.mu.Lock()
+	a.r.lines = append(a.r.lines, b.String())
+	a.r.mu.Unlock()
 	return nil
 }
 
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+func (a *attrRecorder) WithAttrs(as []slog.Attr) slog.Handler {
+	return &attrRecorder{r: a.r, attrs: append(append([]slog.Attr{}, a.attrs...), as...)}
+}
+
+func (a *attrRecorder) WithGroup(string) slog.Handler { return a }
 
 // matching returns the recorded lines that contain s.
 func (r *logRecorder) matching(s string) []string {

@@ -78,11 +78,17 @@ func (pl *pool) get(ctx context.Context) (*instance, error) {
 	}
 }
 
-// put gives an instance back. A broken instance, or one that holds many
-// configs no longer in use, is discarded.
+// put gives an instance back. A broken instance is discarded; one that
+// holds many configs no longer in use is recycled.
 func (pl *pool) put(in *instance) {
-	if in.broken || in.stale() {
-		pl.discard(in)
+	switch {
+	case in.broken:
+		pl.p.discarded.Add(1)
+		pl.replace(in)
+		return
+	case in.stale():
+		pl.p.recycled.Add(1)
+		pl.replace(in)
 		return
 	}
 	pl.mu.Lock()
@@ -100,11 +106,10 @@ func (pl *pool) release(in *instance) {
 	<-pl.slots
 }
 
-// discard releases an instance and starts a replacement in the background,
-// so that the pool stays warm.
-func (pl *pool) discard(in *instance) {
+// replace releases an instance and starts a replacement in the
+// background, so that the pool stays warm.
+func (pl *pool) replace(in *instance) {
 	pl.release(in)
-	pl.p.discarded.Add(1)
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if pl.closed.Load() {

@@ -108,7 +108,8 @@ type Plugin struct {
 	mu      sync.RWMutex
 	configs map[uint64][]byte // live configs: id -> encoded ConfigureRequest
 
-	created, discarded, closedInstances atomic.Uint64
+	created, discarded, recycled, closedInstances atomic.Uint64
+	maxMemory                                     atomic.Uint32
 }
 
 var _ sdk.Algorithm = (*Plugin)(nil)
@@ -147,9 +148,9 @@ func Inspect(ctx context.Context, path string) (sdk.Info, error) {
 	return info, nil
 }
 
-func load(ctx context.Context, path string, bin []byte, opts Options) (p *Plugin, err error) {
+func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin, err error) {
 	opts.fill()
-	p = &Plugin{path: path, opts: opts, log: opts.Logger, configs: map[uint64][]byte{}}
+	p := &Plugin{path: path, opts: opts, log: opts.Logger, configs: map[uint64][]byte{}}
 	rc := wazero.NewRuntimeConfig()
 	if opts.interpreter {
 		rc = wazero.NewRuntimeConfigInterpreter()
@@ -164,7 +165,7 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (p *Plugin
 	p.rt = wazero.NewRuntimeWithConfig(ctx, rc)
 	defer func() {
 		if err != nil {
-			p.closeRuntime(ctx)
+			_ = p.closeRuntime(ctx)
 		}
 	}()
 
@@ -319,6 +320,10 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 	if !ok || cfg.p != p {
 		return sdk.Decision{}, fmt.Errorf("wasm plugin %s: config of type %T is not one of this plugin's", p.info.Name, c)
 	}
+	if err := ctx.Err(); err != nil {
+		// A call with a done context would only kill an instance.
+		return sdk.Decision{}, p.errorf("decide", err)
+	}
 	in, err := p.pool.tryGet()
 	if in == nil && err == nil {
 		wctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
@@ -332,6 +337,7 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 	d, err := in.decide(cctx, h, cfg.id, &r)
 	cancel()
 	p.pool.put(in)
+	runtime.KeepAlive(cfg) // its cleanup would forget the config
 	return d, err
 }
 
@@ -345,10 +351,15 @@ type Stats struct {
 	Instances int
 	// Idle is the number of instances ready for a call.
 	Idle int
-	// Created and Discarded count instances over the plugin's life.
-	Created, Discarded uint64
+	// Created counts instances over the plugin's life; Discarded those
+	// closed after a failed call, Recycled those closed because they held
+	// many configs no longer in use.
+	Created, Discarded, Recycled uint64
 	// Configs is the number of configs in use.
 	Configs int
+	// MaxMemory is the largest linear memory, in bytes, any instance has
+	// had after a call.
+	MaxMemory uint32
 }
 
 // Stats returns the plugin's current statistics.
@@ -356,7 +367,7 @@ func (p *Plugin) Stats() Stats {
 	closed := p.closedInstances.Load() // first: never more than created
 	created := p.created.Load()
 	return Stats{Instances: int(created - closed), Idle: p.pool.idleCount(), Created: created,
-		Discarded: p.discarded.Load(), Configs: p.liveConfigs()}
+		Discarded: p.discarded.Load(), Recycled: p.recycled.Load(), Configs: p.liveConfigs(), MaxMemory: p.maxMemory.Load()}
 }
 
 // Close waits, until ctx is done, for calls in progress to finish, then

@@ -1,11 +1,13 @@
 // Package redistest starts real redis-server processes on free loopback
-// ports for tests, and stops them when the test ends.
+// ports for tests, alone (Start) or joined into a Redis Cluster
+// (StartCluster), and stops them when the test ends.
 package redistest
 
 import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -20,31 +22,47 @@ import (
 
 // Server is one redis-server process listening on 127.0.0.1.
 type Server struct {
-	tb   testing.TB
-	Port int
-	dir  string
+	tb       testing.TB
+	Port     int
+	dir      string
+	args     []string // extra arguments, reused by Restart
+	password string   // the --requirepass argument, if any
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
 
 // Start starts a redis-server on a free loopback port and registers its
 // shutdown with tb.Cleanup. The test fails when redis-server is not on PATH.
+//
+// extraArgs are passed to redis-server after ruled's defaults, so they win.
+// With "--requirepass", "pw" among them, readiness checks, Client and URL
+// use that password.
 func Start(tb testing.TB, extraArgs ...string) *Server {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		tb.Fatalf("redistest: redis-server not found on PATH (install it: apt-get install redis-server): %v", err)
-	}
-	s := &Server{tb: tb, dir: tb.TempDir()}
+	return startOn(tb, tb.TempDir(), func(int) ([]string, error) { return extraArgs, nil })
+}
+
+// startOn starts a redis-server in dir on a free port, with the extra
+// arguments argsFor returns for that port, trying other ports when the
+// server cannot start (another process may have taken the port).
+func startOn(tb testing.TB, dir string, argsFor func(port int) ([]string, error)) *Server {
+	tb.Helper()
+	bin := lookPath(tb, "redis-server")
+	s := &Server{tb: tb, dir: dir}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}
-		s.Port = port
-		if lastErr = s.start(bin, extraArgs); lastErr == nil {
+		args, err := argsFor(port)
+		if err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		s.Port, s.args, s.password = port, args, passwordIn(args)
+		if lastErr = s.start(bin); lastErr == nil {
 			tb.Cleanup(s.Kill)
 			return s
 		}
@@ -53,20 +71,54 @@ func Start(tb testing.TB, extraArgs ...string) *Server {
 	return nil
 }
 
+func lookPath(tb testing.TB, name string) string {
+	tb.Helper()
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		tb.Fatalf("redistest: %s not found on PATH (install it: apt-get install redis-server): %v", name, err)
+	}
+	return bin
+}
+
+// passwordIn returns the value of the last "--requirepass" in args.
+func passwordIn(args []string) string {
+	pw := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--requirepass" {
+			pw = args[i+1]
+		}
+	}
+	return pw
+}
+
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
 
-// URL is the server's redis:// URL.
-func (s *Server) URL() string { return "redis://" + s.Addr() }
+// URL is the server's redis:// URL, with the password if it has one.
+func (s *Server) URL() string {
+	u := url.URL{Scheme: "redis", Host: s.Addr()}
+	if s.password != "" {
+		u.User = url.UserPassword("", s.password)
+	}
+	return u.String()
+}
 
-// Client returns a new go-redis client for the server, closed at cleanup.
+// Client returns a new go-redis client for the server (with its password,
+// if it has one), closed at cleanup.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.password})
 	s.tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
-func (s *Server) start(bin string, extra []string) error {
+// alive reports whether the process is running (not killed by Kill).
+func (s *Server) alive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+func (s *Server) start(bin string) error {
 	args := []string{
 		"--port", strconv.Itoa(s.Port),
 		"--bind", "127.0.0.1",
@@ -77,7 +129,7 @@ func (s *Server) start(bin string, extra []string) error {
 		"--loglevel", "warning",
 		"--protected-mode", "yes",
 	}
-	args = append(args, extra...)
+	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(fmt.Sprintf("%s/redis-%d.log", s.dir, s.Port))
 	if err != nil {
@@ -99,9 +151,9 @@ func (s *Server) start(bin string, extra []string) error {
 			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, strings.TrimSpace(string(log)))
 		default:
 		}
-		if ping(s.Addr()) == nil {
+		if ping(s.Addr(), s.password) == nil {
 			s.mu.Lock()
-			s.cmd = cmd
+			s.cmd, s.exited = cmd, exited
 			s.mu.Unlock()
 			return nil
 		}
@@ -115,7 +167,7 @@ func (s *Server) start(bin string, extra []string) error {
 // Kill stops the server with SIGKILL and waits for it to exit.
 func (s *Server) Kill() {
 	s.mu.Lock()
-	cmd := s.cmd
+	cmd, exited := s.cmd, s.exited
 	s.cmd = nil
 	s.mu.Unlock()
 	if cmd == nil || cmd.Process == nil {
@@ -123,20 +175,23 @@ func (s *Server) Kill() {
 	}
 	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot die otherwise
 	_ = cmd.Process.Kill()
-	for i := 0; i < 500 && ping(s.Addr()) == nil; i++ {
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		s.tb.Errorf("redistest: redis-server on port %d still running 5s after SIGKILL", s.Port)
 	}
 }
 
-// Restart kills the server and starts a fresh one on the same port: its
-// data and script cache are gone, as after a crash.
+// Restart kills the server and starts a fresh one on the same port with
+// the same arguments: its data and script cache are gone, as after a crash.
+// A Cluster node keeps its node configuration file and rejoins.
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.Kill()
-	bin, _ := exec.LookPath("redis-server")
+	bin := lookPath(s.tb, "redis-server")
 	var err error
 	for i := 0; i < 50; i++ { // the port may take a moment to free
-		if err = s.start(bin, nil); err == nil {
+		if err = s.start(bin); err == nil {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -167,8 +222,10 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func ping(addr string) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, DialerRetries: 1})
+// ping returns nil when the server at addr answers PING, authenticating
+// with password when it is not empty.
+func ping(addr, password string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, DialerRetries: 1})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()

@@ -1,0 +1,160 @@
+package client
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// MiddlewareOptions configure Middleware. The zero value checks every
+// request with its RemoteAddr's IP and lets requests through when ruled
+// cannot be asked.
+type MiddlewareOptions struct {
+	// IP returns the client's address. Default: the host part of
+	// r.RemoteAddr. Behind a proxy, return the address the proxy saw, and
+	// only believe forwarding headers that your own proxy sets.
+	IP func(r *http.Request) string
+	// User returns the authenticated user, if any (request.user). Default:
+	// none.
+	User func(r *http.Request) string
+	// Attrs returns extra attributes for the rules (attrs). Default: none.
+	Attrs func(r *http.Request) map[string]string
+	// Headers names the request headers sent to ruled. Nil sends all but
+	// the credentials (Authorization, Cookie, Proxy-Authorization); an
+	// empty non-nil slice sends none.
+	Headers []string
+	// Skip lets the requests for which it returns true through unchecked
+	// (health checks, static files).
+	Skip func(r *http.Request) bool
+	// FailClosed answers 503 when ruled cannot be asked (unreachable, time
+	// out, an error answer). By default such requests go through
+	// (fail-open).
+	FailClosed bool
+	// OnError is told every failure to ask ruled. Default: a warning on
+	// slog.Default().
+	OnError func(r *http.Request, err error)
+	// Deny writes the answer to a denied request, whose RateLimit,
+	// RateLimit-Policy and Retry-After headers are already set. Default:
+	// 429 Too Many Requests, or 503 when ruled failed closed, with a short
+	// text body.
+	Deny func(w http.ResponseWriter, r *http.Request, a *Answer)
+}
+
+// credentialHeaders are not sent to ruled unless MiddlewareOptions.Headers
+// names them.
+var credentialHeaders = map[string]bool{"Authorization": true, "Cookie": true, "Proxy-Authorization": true}
+
+// Middleware limits the wrapped handler through ruled: each request is
+// checked (ip, method, path, host, query, headers, user; one hit) before
+// the handler runs. A denied request gets 429 with ruled's Retry-After,
+// RateLimit and RateLimit-Policy headers and never reaches the handler; an
+// allowed one carries the RateLimit headers, and waits first when a
+// shaping rule admits it with a delay. When ruled cannot be asked, the
+// request goes through or gets 503, as FailClosed says.
+func Middleware(c *Client, o MiddlewareOptions) func(http.Handler) http.Handler {
+	if o.OnError == nil {
+		o.OnError = func(r *http.Request, err error) {
+			slog.Default().Warn("ruled: rate limit check failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+	}
+	if o.Deny == nil {
+		o.Deny = deny
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if o.Skip != nil && o.Skip(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			ans, err := c.Check(r.Context(), o.checkRequest(r))
+			if err != nil {
+				if r.Context().Err() != nil {
+					return // the client went away: nothing to answer
+				}
+				o.OnError(r, err)
+				if o.FailClosed {
+					http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+					return
+				}
+				next.ServeHTTP(w, r)
+				return
+			}
+			h := w.Header()
+			for k, v := range ans.Header {
+				if k != "Retry-After" || !ans.Allowed {
+					h[k] = v
+				}
+			}
+			if !ans.Allowed {
+				o.Deny(w, r, ans)
+				return
+			}
+			if d := ans.Delay(); d > 0 {
+				t := time.NewTimer(d)
+				defer t.Stop()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-t.C:
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func deny(w http.ResponseWriter, _ *http.Request, a *Answer) {
+	if a.FailClosed {
+		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	http.Error(w, "too many requests", http.StatusTooManyRequests)
+}
+
+// checkRequest describes an incoming request to ruled.
+func (o *MiddlewareOptions) checkRequest(r *http.Request) CheckRequest {
+	req := Request{Method: r.Method, Path: r.URL.Path, Host: r.Host}
+	if o.IP != nil {
+		req.IP = o.IP(r)
+	} else if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		req.IP = host
+	} else {
+		req.IP = r.RemoteAddr
+	}
+	if o.User != nil {
+		req.User = o.User(r)
+	}
+	if q := r.URL.Query(); len(q) > 0 {
+		req.Query = make(map[string]string, len(q))
+		for k, v := range q {
+			req.Query[k] = v[0]
+		}
+	}
+	add := func(name string, vs []string) {
+		if len(vs) == 0 {
+			return
+		}
+		if req.Headers == nil {
+			req.Headers = map[string]string{}
+		}
+		req.Headers[strings.ToLower(name)] = strings.Join(vs, ", ")
+	}
+	if o.Headers == nil {
+		for k, vs := range r.Header {
+			if !credentialHeaders[k] {
+				add(k, vs)
+			}
+		}
+	} else {
+		for _, k := range o.Headers {
+			add(k, r.Header.Values(k))
+		}
+	}
+	cr := CheckRequest{Request: req}
+	if o.Attrs != nil {
+		cr.Attrs = o.Attrs(r)
+	}
+	return cr
+}

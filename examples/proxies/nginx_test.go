@@ -1,0 +1,250 @@
+// Package proxies_test runs the proxy configurations of this directory
+// against a real ruled.
+package proxies_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/httpapi"
+	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+)
+
+const nginxRules = `rules:
+  - name: login
+    when: request.method == "POST" && request.path == "/login"
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1, window: 1m}
+  - name: per-ip
+    when: request.path != "/login" && request.path != "/guarded"
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 3, window: 1m}
+  - name: guarded
+    when: request.path == "/guarded"
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 100, window: 1m}
+    on_error: deny
+`
+
+// The addresses nginx.conf names, replaced by the test's own.
+const (
+	confNginx = "127.0.0.1:8000"
+	confRuled = "127.0.0.1:8080"
+	confApp   = "127.0.0.1:9000"
+)
+
+// findNginx looks on PATH and in /usr/sbin, where Debian puts nginx (not on
+// a normal user's PATH).
+func findNginx(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("nginx"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
+		return "/usr/sbin/nginx"
+	}
+	t.Fatal("nginx is not installed: run scripts/deps.sh (it installs Debian's nginx package), or apt-get install nginx")
+	return ""
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startNginx runs examples/proxies/nginx/nginx.conf with the test's
+// addresses, in the foreground, as a single process (so that it never
+// switches to another user when run as root), with every path in dir.
+func startNginx(t *testing.T, bin, ruled, app string) string {
+	t.Helper()
+	conf, err := os.ReadFile("nginx/nginx.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := freeAddr(t)
+	text := string(conf)
+	for _, a := range []string{confNginx, confRuled, confApp} {
+		if !strings.Contains(text, a) {
+			t.Fatalf("nginx.conf no longer names %s", a)
+		}
+	}
+	text = strings.NewReplacer(confNginx, listen, confRuled, ruled, confApp, app).Replace(text)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errLog := filepath.Join(dir, "error.log")
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "-p", dir+"/", "-c", path, "-e", errLog,
+		"-g", fmt.Sprintf("daemon off; master_process off; pid %s;", filepath.Join(dir, "nginx.pid")))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting nginx: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	logs := func() string {
+		b, _ := os.ReadFile(errLog)
+		return out.String() + string(b)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("nginx logs:\n%s", logs())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("nginx exited: %v\n%s", err, logs())
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond); err == nil {
+			c.Close()
+			return "http://" + listen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nginx not listening on %s after 10s\n%s", listen, logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNginxAuthRequest: nginx with nginx/nginx.conf in front of an
+// application, limited by a real ruled. Allowed requests reach the
+// application with the RateLimit headers; the one over the limit gets
+// ruled's 429 with Retry-After, RateLimit and RateLimit-Policy through
+// nginx; a fail-closed 503 passes too; with ruled down nginx fails open.
+func TestNginxAuthRequest(t *testing.T) {
+	bin := findNginx(t)
+	rs := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rc.Close() })
+	e, err := host.NewEngine(host.Options{Capability: capability.New(rc, capability.Options{Timeout: 500 * time.Millisecond}), Plugins: builtin.All()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(nginxRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Load(rulesPath); err != nil {
+		t.Fatal(err)
+	}
+	ruled := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e}))
+	t.Cleanup(ruled.Close)
+
+	var reached atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		fmt.Fprintf(w, "app: %s %s\n", r.Method, r.URL.Path)
+	}))
+	t.Cleanup(app.Close)
+
+	base := startNginx(t, bin, strings.TrimPrefix(ruled.URL, "http://"), strings.TrimPrefix(app.URL, "http://"))
+	hc := &http.Client{Timeout: 5 * time.Second}
+	do := func(method, path string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(context.Background(), method, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	expect := func(resp *http.Response, body string, status int, hdr map[string]string) {
+		t.Helper()
+		if resp.StatusCode != status {
+			t.Fatalf("%s %s: status %d, want %d; body %q; headers %v", resp.Request.Method, resp.Request.URL.Path, resp.StatusCode, status, body, resp.Header)
+		}
+		// want: "*" present, "" absent, anything else a prefix.
+		for k, want := range hdr {
+			got := resp.Header.Get(k)
+			ok := (want == "*" && got != "") || (want == "" && got == "") ||
+				(want != "*" && want != "" && strings.HasPrefix(got, want))
+			if !ok {
+				t.Fatalf("%s %s: header %s %q, want %q; headers %v", resp.Request.Method, resp.Request.URL.Path, k, got, want, resp.Header)
+			}
+		}
+	}
+
+	// The method and path reach ruled from X-Original-Method/-URI: one
+	// POST /login a minute, the query left out.
+	resp, body := do("POST", "/login?next=/home")
+	expect(resp, body, 200, map[string]string{"RateLimit-Policy": `"login";q=1;w=60`, "RateLimit": `"login";r=0;`})
+	if body != "app: POST /login\n" {
+		t.Fatalf("the application answered %q", body)
+	}
+	resp, body = do("POST", "/login")
+	expect(resp, body, 429, map[string]string{"Retry-After": "*", "RateLimit-Policy": `"login";q=1;w=60`, "RateLimit": `"login";r=0;`})
+	// No rule matches GET /login: allowed, no RateLimit headers.
+	resp, body = do("GET", "/login")
+	expect(resp, body, 200, map[string]string{"RateLimit": "", "RateLimit-Policy": "", "Retry-After": ""})
+
+	// Three requests a minute for the rest.
+	for i := 1; i <= 3; i++ {
+		resp, body = do("GET", "/api/items")
+		expect(resp, body, 200, map[string]string{"RateLimit-Policy": `"per-ip";q=3;w=60`, "RateLimit": fmt.Sprintf(`"per-ip";r=%d;`, 3-i), "Retry-After": ""})
+	}
+	resp, body = do("GET", "/api/items")
+	expect(resp, body, 429, map[string]string{"Retry-After": "*", "RateLimit-Policy": `"per-ip";q=3;w=60`, "RateLimit": `"per-ip";r=0;`})
+	if body != "too many requests\n" {
+		t.Fatalf("429 body %q", body)
+	}
+	if n := reached.Load(); n != 5 {
+		t.Fatalf("the application saw %d requests, want 5", n)
+	}
+
+	// Redis gone: the on_error: deny rule fails closed, and nginx passes
+	// ruled's 503 on.
+	rs.Kill()
+	resp, body = do("GET", "/guarded")
+	expect(resp, body, 503, map[string]string{"Retry-After": "*"})
+	// ruled gone: nginx fails open to the application.
+	ruled.Close()
+	resp, body = do("GET", "/api/items")
+	expect(resp, body, 200, map[string]string{"RateLimit": ""})
+	if n := reached.Load(); n != 6 {
+		t.Fatalf("the application saw %d requests, want 6", n)
+	}
+}

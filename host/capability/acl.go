@@ -1,0 +1,132 @@
+package capability
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// Isolation runs each plugin's scripts as its own Redis ACL user, allowed
+// its own keys (~<prefix>:<plugin>:*) and exactly the commands its scripts
+// declare, so that no plugin can touch another's keys or run what it did
+// not declare. Redis enforces it inside scripts.
+type Isolation struct {
+	// ClientAs returns a client of the same Redis that authenticates as
+	// user with password (host/store's Store.ClientAs).
+	ClientAs func(user, password string) (redis.UniversalClient, error)
+}
+
+// connectionCommands are what a go-redis connection itself needs: the
+// handshake, health checks and, on a Cluster, the topology.
+var connectionCommands = []string{"hello", "auth", "ping", "client|setinfo", "select", "readonly",
+	"cluster|slots", "cluster|shards", "cluster|nodes", "evalsha", "eval", "time"}
+
+// forbidden are commands a plugin may never declare: they reach beyond its
+// keys or administer the server.
+var forbidden = map[string]bool{
+	"FLUSHALL": true, "FLUSHDB": true, "SCAN": true, "KEYS": true, "RANDOMKEY": true, "CONFIG": true,
+	"ACL": true, "SCRIPT": true, "EVAL": true, "EVALSHA": true, "EVAL_RO": true, "EVALSHA_RO": true,
+	"FCALL": true, "FCALL_RO": true, "FUNCTION": true, "SHUTDOWN": true, "DEBUG": true, "MODULE": true,
+	"SWAPDB": true, "MIGRATE": true, "MOVE": true, "CLIENT": true, "CLUSTER": true, "REPLICAOF": true,
+	"SLAVEOF": true, "SAVE": true, "BGSAVE": true, "BGREWRITEAOF": true, "MONITOR": true, "SYNC": true,
+	"PSYNC": true, "FAILOVER": true, "SELECT": true, "PUBLISH": true, "SUBSCRIBE": true, "PSUBSCRIBE": true,
+	"SPUBLISH": true, "SSUBSCRIBE": true, "WAIT": true, "WAITAOF": true, "OBJECT": true, "MEMORY": true,
+	"INFO": true, "LATENCY": true, "SLOWLOG": true, "COMMAND": true, "DBSIZE": true, "LASTSAVE": true,
+	"RESET": true, "QUIT": true, "HELLO": true, "AUTH": true,
+}
+
+// ACLUser is the Redis user a plugin's scripts run as.
+func ACLUser(plugin string) string { return "ruled-plugin-" + plugin }
+
+// CheckCommands validates the commands a plugin declares: each a Redis
+// command name (or container|subcommand) that a plugin may run.
+func CheckCommands(scripts []sdk.Script) error {
+	for _, s := range scripts {
+		for _, c := range s.Commands {
+			name := strings.ToUpper(c)
+			base, _, _ := strings.Cut(name, "|")
+			if base == "" || strings.Trim(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_|") != "" {
+				return fmt.Errorf("script %s: %q is not a Redis command name", s.Name, c)
+			}
+			if forbidden[base] {
+				return fmt.Errorf("script %s: a plugin may not run %s", s.Name, base)
+			}
+		}
+	}
+	return nil
+}
+
+// ACLSetUser returns the ACL SETUSER arguments for a plugin: its own keys,
+// its declared commands and what a connection needs, nothing else.
+func (c *Capability) ACLSetUser(plugin string, scripts []sdk.Script) []string {
+	cmds := slices.Clone(connectionCommands)
+	for _, s := range scripts {
+		for _, cmd := range s.Commands {
+			cmds = append(cmds, strings.ToLower(cmd))
+		}
+	}
+	slices.Sort(cmds)
+	cmds = slices.Compact(cmds)
+	args := []string{"ACL", "SETUSER", ACLUser(plugin), "reset", "on", "nopass", "~" + c.prefix + ":" + plugin + ":*", "resetchannels", "-@all"}
+	for _, cmd := range cmds {
+		args = append(args, "+"+cmd)
+	}
+	return args
+}
+
+// isolate sets up the plugin's ACL user on every node and returns a client
+// that runs as it. When ruled may not run ACL SETUSER, it returns the
+// shared client and an error that says what the operator must run.
+func (c *Capability) isolate(ctx context.Context, plugin string, scripts []sdk.Script) (redis.UniversalClient, error) {
+	args := c.ACLSetUser(plugin, scripts)
+	var err error
+	for range connectionCommands {
+		if err = c.setUser(ctx, args); err == nil {
+			break
+		}
+		// An older Redis lacks some of the connection commands (CLIENT
+		// SETINFO came in 7.2): drop the one it names and try again.
+		bad, ok := unknownModifier(err)
+		if !ok || !slices.Contains(connectionCommands, strings.TrimPrefix(bad, "+")) {
+			break
+		}
+		args = slices.DeleteFunc(args, func(a string) bool { return a == bad })
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ACL SETUSER for plugin %s failed (%v); plugin isolation is off until an operator runs: %s",
+			plugin, err, strings.Join(args, " "))
+	}
+	return c.isolation.ClientAs(ACLUser(plugin), "ruled")
+}
+
+func (c *Capability) setUser(ctx context.Context, args []string) error {
+	cmd := make([]any, len(args))
+	for i, a := range args {
+		cmd[i] = a
+	}
+	if cc, ok := c.client.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+			return node.Do(ctx, cmd...).Err()
+		})
+	}
+	return c.client.Do(ctx, cmd...).Err()
+}
+
+// unknownModifier returns the modifier an "Unknown command" ACL error names.
+func unknownModifier(err error) (string, bool) {
+	msg := err.Error()
+	if !strings.Contains(msg, "Unknown command") {
+		return "", false
+	}
+	_, rest, ok := strings.Cut(msg, "modifier '")
+	if !ok {
+		return "", false
+	}
+	mod, _, ok := strings.Cut(rest, "'")
+	return mod, ok
+}

@@ -1,0 +1,201 @@
+package capability_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// twoKeys writes two keys of one decision, as most plugins do (a counter
+// and a log, say): on a Cluster it fails with CROSSSLOT unless both keys
+// hash to one slot.
+var twoKeys = sdk.Script{Name: "two", Source: `redis.call('INCR', KEYS[1])
+redis.call('INCRBY', KEYS[2], 2)
+return KEYS`}
+
+// awkwardSubjects are subjects of many shapes, braces and glob characters
+// included, plus enough plain ones to reach every master.
+func awkwardSubjects() []string {
+	s := []string{"a", "203.0.113.7", "2001:db8::1", "user@example.com", "{x}", "}{", "x}", "{", "}", "a{b}c", "{}",
+		"tenant:{acme}:user:1", "%7B", "#x", "\x00", "\xff\xfe", "é", " spaces and *globs?* [a-z] \\",
+		strings.Repeat("a", 128), strings.Repeat("a", 129), strings.Repeat("{}", 100)}
+	for i := range 30 {
+		s = append(s, fmt.Sprintf("subject-%d", i))
+	}
+	return s
+}
+
+// newClusterCap returns a capability over a new cluster client,
+// autopipelined when pipe is set.
+func newClusterCap(t *testing.T, cl *redistest.Cluster, pipe *redis.AutoPipelineOptions) *capability.Capability {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true,
+		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = cc.Close() })
+	return capability.New(cc, capability.Options{Timeout: 2 * time.Second, Pipeline: pipe})
+}
+
+// pipeModes are the ways the capability sends script calls.
+var pipeModes = []struct {
+	name string
+	pipe *redis.AutoPipelineOptions
+}{{"direct", nil}, {"autopipelined", redis.DefaultBlockingAutoPipelineOptions()}}
+
+func keysOf(t *testing.T, r sdk.Reply) []string {
+	t.Helper()
+	arr, err := r.Array()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, k := range arr {
+		s, _ := k.Str()
+		keys = append(keys, s)
+	}
+	return keys
+}
+
+// TestCluster runs the capability against a 3-master Redis Cluster,
+// started once for all its subtests.
+func TestCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+
+	for _, mode := range pipeModes {
+		t.Run("keys-of-one-decision-share-a-slot/"+mode.name, func(t *testing.T) {
+			testOneSlot(t, cl, newClusterCap(t, cl, mode.pipe), "rule-"+mode.name)
+		})
+	}
+
+	t.Run("preload-loads-on-every-master", func(t *testing.T) {
+		script := sdk.Script{Name: "pre", Source: `return 'preloaded on every master'`}
+		p, err := newClusterCap(t, cl, nil).Register("preload", []sdk.Script{script, twoKeys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes := []string{redis.NewScript(capability.Prelude + script.Source).Hash(), redis.NewScript(capability.Prelude + twoKeys.Source).Hash()}
+		masters := cl.Masters()
+		if len(masters) != 3 {
+			t.Fatalf("%d masters, want 3", len(masters))
+		}
+		if err := cl.Client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Preload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range masters {
+			exists, err := m.Client().ScriptExists(ctx, hashes...).Result()
+			if err != nil || len(exists) != 2 || !exists[0] || !exists[1] {
+				t.Fatalf("SCRIPT EXISTS on master %s: %v, %v; want both scripts loaded", m.Addr(), exists, err)
+			}
+		}
+		// Flushed again everywhere, calls on every master still work (EVAL
+		// on NOSCRIPT, node by node).
+		if err := cl.Client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, subject := range awkwardSubjects() {
+			if _, err := p.Host("after-flush", subject).Eval(ctx, "two", []string{"a", "b"}); err != nil {
+				t.Fatalf("subject %q after SCRIPT FLUSH: %v", subject, err)
+			}
+		}
+	})
+
+	t.Run("reset-finds-the-subjects-node", func(t *testing.T) {
+		p, err := newClusterCap(t, cl, nil).Register("reset", []sdk.Script{twoKeys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subjects := append([]string{"a", "a*", "[a]", "b", "\\", "a?"}, awkwardSubjects()...)
+		for _, s := range subjects {
+			for _, rule := range []string{"r", "other"} {
+				if _, err := p.Host(rule, s).Eval(ctx, "two", []string{"counter", "log"}); err != nil {
+					t.Fatalf("subject %q: %v", s, err)
+				}
+			}
+		}
+		seen := map[string]bool{}
+		for _, s := range subjects {
+			if seen[s] {
+				continue
+			}
+			seen[s] = true
+			prefix := p.KeyPrefix("r", s)
+			m := cl.MasterForKey(prefix)
+			n, err := p.Reset(ctx, "r", s)
+			if err != nil || n != 2 {
+				t.Fatalf("Reset(r, %q) on %s: %d, %v; want 2 keys", s, m.Addr(), n, err)
+			}
+			if left, err := m.Client().Exists(ctx, prefix+"counter", prefix+"log").Result(); err != nil || left != 0 {
+				t.Fatalf("subject %q: %d keys left, %v", s, left, err)
+			}
+			other := p.KeyPrefix("other", s)
+			if left, err := cl.MasterForKey(other).Client().Exists(ctx, other+"counter", other+"log").Result(); err != nil || left != 2 {
+				t.Fatalf("subject %q: rule other kept %d of 2 keys, %v", s, left, err)
+			}
+			if n, err := p.Reset(ctx, "r", s); err != nil || n != 0 {
+				t.Fatalf("second Reset(r, %q): %d, %v; want 0", s, n, err)
+			}
+		}
+	})
+}
+
+// testOneSlot runs a two-key script for subjects of many shapes and checks
+// that both keys land in the slot of the subject's hash tag, on the master
+// that serves it, and that the subjects spread over every master.
+func testOneSlot(t *testing.T, cl *redistest.Cluster, c *capability.Capability, rule string) {
+	ctx := context.Background()
+	p, err := c.Register("slots", []sdk.Script{twoKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// All at once, so that autopipelined calls for many slots share batches
+	// (and meet NOSCRIPT there: nothing is preloaded).
+	subjects := awkwardSubjects()
+	replies := make([]sdk.Reply, len(subjects))
+	errs := make([]error, len(subjects))
+	var wg sync.WaitGroup
+	for i, subject := range subjects {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i], errs[i] = p.Host(rule, subject).Eval(ctx, "two", []string{"counter", "log"})
+		}()
+	}
+	wg.Wait()
+	masters := map[*redistest.Server]int{}
+	for i, subject := range subjects {
+		if errs[i] != nil {
+			t.Fatalf("subject %q: %v", subject, errs[i])
+		}
+		keys := keysOf(t, replies[i])
+		slot := cl.KeySlot(keys[0])
+		if len(keys) != 2 || cl.KeySlot(keys[1]) != slot {
+			t.Fatalf("subject %q: keys %q in different slots", subject, keys)
+		}
+		// The hash tag is the escaped subject, nothing more.
+		if want := cl.KeySlot("{" + capability.EscapeSubject(subject) + "}"); slot != want {
+			t.Fatalf("subject %q: slot %d, want %d (its escaped form's)", subject, slot, want)
+		}
+		m := cl.MasterForKey(keys[0])
+		masters[m]++
+		for i, want := range []string{"1", "2"} {
+			if got, err := m.Client().Get(ctx, keys[i]).Result(); err != nil || got != want {
+				t.Fatalf("subject %q: %s on %s = %q, %v; want %s", subject, keys[i], m.Addr(), got, err, want)
+			}
+		}
+	}
+	if len(masters) != 3 {
+		t.Fatalf("subjects reached %d masters, want all 3: %v", len(masters), masters)
+	}
+}

@@ -1,0 +1,494 @@
+// Package metrics is ruled's Prometheus instrumentation. A Metrics value owns
+// a private registry (nothing is registered globally), implements
+// host.Observer for the engine, and provides the capability's Observe and
+// OnAvailability callbacks. Handler serves the registry at /metrics;
+// Snapshot gives the same counters as data for the status page.
+//
+// Label values are rule names, plugin names, outcomes and error classes:
+// sets bounded by the configuration. Subjects never become label values.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// LatencyBuckets are the histogram buckets of check and Redis call
+// durations, in seconds: 50 µs to 1 s.
+var LatencyBuckets = []float64{
+	50e-6, 100e-6, 250e-6, 500e-6,
+	1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+	100e-3, 250e-3, 500e-3, 1,
+}
+
+// outcomes lists host.Outcome values in the order of ruleMetrics.outcomes.
+var outcomes = [...]host.Outcome{
+	host.OutcomeAllowed, host.OutcomeDenied, host.OutcomeShadowDenied,
+	host.OutcomeDegradedAllow, host.OutcomeDegradedDeny, host.OutcomeDegradedLocal,
+}
+
+func outcomeIndex(o host.Outcome) int {
+	switch o {
+	case host.OutcomeAllowed:
+		return 0
+	case host.OutcomeDenied:
+		return 1
+	case host.OutcomeShadowDenied:
+		return 2
+	case host.OutcomeDegradedAllow:
+		return 3
+	case host.OutcomeDegradedDeny:
+		return 4
+	case host.OutcomeDegradedLocal:
+		return 5
+	}
+	return -1
+}
+
+// classes lists the capability error classes in the order of
+// pluginMetrics.errs.
+var classes = [...]capability.Class{
+	capability.ClassTimeout, capability.ClassConnection, capability.ClassScript, capability.ClassRefused,
+}
+
+func classIndex(c capability.Class) int {
+	switch c {
+	case capability.ClassTimeout:
+		return 0
+	case capability.ClassConnection:
+		return 1
+	case capability.ClassScript:
+		return 2
+	case capability.ClassRefused:
+		return 3
+	}
+	return -1
+}
+
+// Options configure New.
+type Options struct {
+	// Version is reported by ruled_build_info. Default "dev".
+	Version string
+}
+
+// Engine is what Bind reads from the engine; *host.Engine implements it.
+type Engine interface {
+	ClusterSize() int64
+	RuleInfos() []host.RuleInfo
+	PluginInfos() []sdk.Info
+}
+
+// Metrics holds ruled's metrics on a private registry. It is safe for
+// concurrent use; the methods called on the decision path (Decision, Check,
+// RedisCall) touch only cached counters after a rule's or plugin's first
+// event.
+type Metrics struct {
+	reg     *prometheus.Registry
+	version string
+
+	decisions   *prometheus.CounterVec
+	denyCache   *prometheus.CounterVec
+	checkDur    prometheus.Histogram
+	redisDur    *prometheus.HistogramVec
+	redisErrs   *prometheus.CounterVec
+	pluginErrs  *prometheus.CounterVec
+	redisUp     prometheus.Gauge
+	reloads     *prometheus.CounterVec
+	rulesLoaded prometheus.Gauge
+	lastReload  prometheus.Gauge
+	pools       *poolCollector
+
+	rules   sync.Map // rule name -> *ruleMetrics
+	plugins sync.Map // plugin name -> *pluginMetrics
+	engine  atomic.Pointer[Engine]
+	up      atomic.Bool
+}
+
+type ruleMetrics struct {
+	outcomes  [len(outcomes)]prometheus.Counter
+	denyCache prometheus.Counter
+}
+
+type pluginMetrics struct {
+	dur    prometheus.Observer
+	errs   [len(classes)]prometheus.Counter
+	plugin prometheus.Counter
+}
+
+var _ host.Observer = (*Metrics)(nil)
+
+// New returns Metrics with every ruled metric, the Go runtime's and the
+// process's registered on a new private registry.
+func New(o Options) *Metrics {
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	m := &Metrics{
+		reg:     prometheus.NewRegistry(),
+		version: o.Version,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ruled_decisions_total",
+			Help: "Rule decisions by rule and outcome (allowed, denied, shadow_denied, degraded_allow, degraded_deny, degraded_local).",
+		}, []string{"rule", "outcome"}),
+		denyCache: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ruled_deny_cache_hits_total",
+			Help: "Denials answered by the in-process deny cache instead of Redis, by rule (also counted as denied decisions).",
+		}, []string{"rule"}),
+		checkDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ruled_check_duration_seconds",
+			Help:    "Time to decide one check, all matching rules included.",
+			Buckets: LatencyBuckets,
+		}),
+		redisDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ruled_redis_call_duration_seconds",
+			Help:    "Duration of plugin script calls to Redis, by plugin (calls refused by the open circuit are not counted).",
+			Buckets: LatencyBuckets,
+		}, []string{"plugin"}),
+		redisErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ruled_redis_errors_total",
+			Help: "Failed plugin script calls by plugin and class (timeout, connection, script, refused).",
+		}, []string{"plugin", "class"}),
+		pluginErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ruled_plugin_errors_total",
+			Help: "Script calls that failed through the plugin's fault (classes script and refused), by plugin.",
+		}, []string{"plugin"}),
+		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ruled_redis_up",
+			Help: "1 while the Redis circuit breaker is closed (Redis answers), 0 while it is open.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ruled_rule_reloads_total",
+			Help: "Rule load attempts by result (ok, error); the first load at start-up counts.",
+		}, []string{"result"}),
+		rulesLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ruled_rules_loaded",
+			Help: "Number of rules serving.",
+		}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ruled_rules_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful rule load.",
+		}),
+		pools: &poolCollector{
+			desc: prometheus.NewDesc("ruled_plugin_pool_instances",
+				"Instances of a pooled plugin (Wasm driver) by state (idle, busy).", []string{"plugin", "state"}, nil),
+			stats: map[string]func() (int, int){},
+		},
+	}
+	m.up.Store(true)
+	m.redisUp.Set(1)
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("error")
+	instances := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ruled_instances",
+		Help: "Live ruled instances sharing this Redis, as last seen by the heartbeat (on_error: local divides limits by it).",
+	}, func() float64 {
+		if e := m.engine.Load(); e != nil {
+			return float64((*e).ClusterSize())
+		}
+		return 1
+	})
+	build := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "ruled_build_info",
+		Help:        "Always 1; the labels say which ruled build is running.",
+		ConstLabels: prometheus.Labels{"version": o.Version, "goversion": runtime.Version()},
+	}, func() float64 { return 1 })
+	m.reg.MustRegister(m.decisions, m.denyCache, m.checkDur, m.redisDur, m.redisErrs, m.pluginErrs,
+		m.redisUp, m.reloads, m.rulesLoaded, m.lastReload, m.pools, instances, build,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the private registry, to gather from or to add
+// collectors to.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Bind makes the metrics read the engine: ruled_instances reports its
+// cluster size, and the series of every plugin and every serving rule exist
+// (at zero) from the start or the rule's load, not only from their first
+// event, so that rate() and absence alerts work. Call it once the engine
+// exists (the engine takes the Metrics as its Observer before that).
+func (m *Metrics) Bind(e Engine) {
+	m.engine.Store(&e)
+	for _, in := range e.PluginInfos() {
+		m.plugin(in.Name)
+	}
+	m.touchRules()
+}
+
+func (m *Metrics) touchRules() {
+	e := m.engine.Load()
+	if e == nil {
+		return
+	}
+	for _, r := range (*e).RuleInfos() {
+		m.rule(r.Name)
+	}
+}
+
+// rule returns a rule's cached counters, creating them on first use.
+func (m *Metrics) rule(name string) *ruleMetrics {
+	if v, ok := m.rules.Load(name); ok {
+		return v.(*ruleMetrics)
+	}
+	rm := &ruleMetrics{denyCache: m.denyCache.WithLabelValues(name)}
+	for i, o := range outcomes {
+		rm.outcomes[i] = m.decisions.WithLabelValues(name, string(o))
+	}
+	v, _ := m.rules.LoadOrStore(name, rm)
+	return v.(*ruleMetrics)
+}
+
+// plugin returns a plugin's cached metrics, creating them on first use.
+func (m *Metrics) plugin(name string) *pluginMetrics {
+	if v, ok := m.plugins.Load(name); ok {
+		return v.(*pluginMetrics)
+	}
+	pm := &pluginMetrics{dur: m.redisDur.WithLabelValues(name), plugin: m.pluginErrs.WithLabelValues(name)}
+	for i, c := range classes {
+		pm.errs[i] = m.redisErrs.WithLabelValues(name, string(c))
+	}
+	v, _ := m.plugins.LoadOrStore(name, pm)
+	return v.(*pluginMetrics)
+}
+
+// Decision implements host.Observer.
+func (m *Metrics) Decision(rule, _ string, outcome host.Outcome, cached bool) {
+	rm := m.rule(rule)
+	if i := outcomeIndex(outcome); i >= 0 {
+		rm.outcomes[i].Inc()
+	} else {
+		m.decisions.WithLabelValues(rule, string(outcome)).Inc()
+	}
+	if cached {
+		rm.denyCache.Inc()
+	}
+}
+
+// Check implements host.Observer.
+func (m *Metrics) Check(took time.Duration, _ bool) { m.checkDur.Observe(took.Seconds()) }
+
+// Reload implements host.Observer.
+func (m *Metrics) Reload(err error, rules int) {
+	m.rulesLoaded.Set(float64(rules))
+	if err != nil {
+		m.reloads.WithLabelValues("error").Inc()
+		return
+	}
+	m.reloads.WithLabelValues("ok").Inc()
+	m.lastReload.SetToCurrentTime()
+	m.touchRules()
+}
+
+// RedisCall is the capability's Options.Observe: it times every script call
+// and counts failures by class. Calls the open circuit refused never reached
+// Redis and are not counted here (their decisions count as degraded).
+func (m *Metrics) RedisCall(plugin, _ string, took time.Duration, err error) {
+	if err != nil && errors.Is(err, capability.ErrCircuitOpen) {
+		return
+	}
+	pm := m.plugin(plugin)
+	pm.dur.Observe(took.Seconds())
+	if err == nil {
+		return
+	}
+	class := capability.ClassOf(err)
+	if class == "" {
+		class = capability.ClassConnection
+	}
+	if i := classIndex(class); i >= 0 {
+		pm.errs[i].Inc()
+	} else {
+		m.redisErrs.WithLabelValues(plugin, string(class)).Inc()
+	}
+	if class == capability.ClassScript || class == capability.ClassRefused {
+		pm.plugin.Inc()
+	}
+}
+
+// RedisAvailable is the capability's Options.OnAvailability: it sets
+// ruled_redis_up.
+func (m *Metrics) RedisAvailable(up bool) {
+	m.up.Store(up)
+	if up {
+		m.redisUp.Set(1)
+	} else {
+		m.redisUp.Set(0)
+	}
+}
+
+// RegisterPool reports a pooled plugin's instances as
+// ruled_plugin_pool_instances{plugin, state="idle"|"busy"}: stats is called
+// at every scrape and must be cheap and safe for concurrent use. It is the
+// hook for a driver that pools instances (the Wasm driver: idle is
+// Stats().Idle, busy is Instances-Idle) to call for each plugin it loads;
+// registering a plugin again replaces its function, and a nil stats
+// removes it (call that when the plugin is closed).
+func (m *Metrics) RegisterPool(plugin string, stats func() (idle, busy int)) {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	if stats == nil {
+		delete(m.pools.stats, plugin)
+		return
+	}
+	m.pools.stats[plugin] = stats
+}
+
+// poolCollector asks each registered pool for its state once per scrape.
+type poolCollector struct {
+	desc  *prometheus.Desc
+	mu    sync.Mutex
+	stats map[string]func() (idle, busy int)
+}
+
+// Describe implements prometheus.Collector.
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for plugin, f := range c.stats {
+		idle, busy := f()
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(idle), plugin, "idle")
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(busy), plugin, "busy")
+	}
+}
+
+// Stats is a snapshot of the counters, as the status page reads them.
+type Stats struct {
+	// Time is when the snapshot was taken.
+	Time time.Time `json:"time"`
+	// Version is ruled's version.
+	Version string `json:"version"`
+	// RedisUp is ruled_redis_up: the circuit breaker is closed.
+	RedisUp bool `json:"redis_up"`
+	// Instances is ruled_instances.
+	Instances int64 `json:"instances"`
+	// Checks is the number of checks decided.
+	Checks uint64 `json:"checks"`
+	// Reloads counts rule loads by result ("ok", "error").
+	Reloads map[string]uint64 `json:"reloads"`
+	// Rules holds every rule's counters that has been loaded or decided
+	// since start, by rule name.
+	Rules map[string]RuleStats `json:"rules"`
+	// Plugins holds every plugin's Redis call counters, by plugin name.
+	Plugins map[string]PluginStats `json:"plugins"`
+}
+
+// RuleStats are one rule's counters.
+type RuleStats struct {
+	// Outcomes counts decisions by host.Outcome.
+	Outcomes map[string]uint64 `json:"outcomes"`
+	// DenyCacheHits counts the denials the deny cache answered.
+	DenyCacheHits uint64 `json:"deny_cache_hits"`
+}
+
+// PluginStats are one plugin's Redis call counters.
+type PluginStats struct {
+	// Calls counts script calls that reached Redis.
+	Calls uint64 `json:"calls"`
+	// Errors counts failed calls by class.
+	Errors map[string]uint64 `json:"errors"`
+}
+
+// Snapshot returns the current counters. It is meant for a status page
+// polling every second or so, not for the decision path.
+func (m *Metrics) Snapshot() Stats {
+	s := Stats{
+		Time:    time.Now().UTC(),
+		Version: m.version,
+		RedisUp: m.up.Load(),
+		Checks:  histogramCount(m.checkDur),
+		Reloads: map[string]uint64{
+			"ok":    counterValue(m.reloads.WithLabelValues("ok")),
+			"error": counterValue(m.reloads.WithLabelValues("error")),
+		},
+		Rules:     map[string]RuleStats{},
+		Plugins:   map[string]PluginStats{},
+		Instances: 1,
+	}
+	if e := m.engine.Load(); e != nil {
+		s.Instances = (*e).ClusterSize()
+	}
+	m.rules.Range(func(k, v any) bool {
+		rm := v.(*ruleMetrics)
+		rs := RuleStats{Outcomes: make(map[string]uint64, len(outcomes)), DenyCacheHits: counterValue(rm.denyCache)}
+		for i, o := range outcomes {
+			rs.Outcomes[string(o)] = counterValue(rm.outcomes[i])
+		}
+		s.Rules[k.(string)] = rs
+		return true
+	})
+	m.plugins.Range(func(k, v any) bool {
+		pm := v.(*pluginMetrics)
+		ps := PluginStats{Errors: make(map[string]uint64, len(classes))}
+		if h, ok := pm.dur.(prometheus.Histogram); ok {
+			ps.Calls = histogramCount(h)
+		}
+		for i, c := range classes {
+			ps.Errors[string(c)] = counterValue(pm.errs[i])
+		}
+		s.Plugins[k.(string)] = ps
+		return true
+	})
+	return s
+}
+
+func counterValue(c prometheus.Counter) uint64 {
+	var d dto.Metric
+	if err := c.Write(&d); err != nil || d.Counter == nil {
+		return 0
+	}
+	return uint64(d.Counter.GetValue())
+}
+
+func histogramCount(h prometheus.Histogram) uint64 {
+	var d dto.Metric
+	if err := h.Write(&d); err != nil || d.Histogram == nil {
+		return 0
+	}
+	return d.Histogram.GetSampleCount()
+}
+
+// Status is what GET /v1/admin/stats answers: the counters, where Redis is
+// and whether ruled is ready.
+type Status struct {
+	Stats
+	// Redis says where the Redis is (store.Describe).
+	Redis string `json:"redis"`
+	// Ready is empty when ruled is ready, else why it is not.
+	Ready string `json:"ready,omitempty"`
+}
+
+// StatusFunc returns the function behind GET /v1/admin/stats. ready is the
+// readiness check (/readyz); nil means always ready.
+func (m *Metrics) StatusFunc(redis string, ready func(context.Context) error) func(context.Context) any {
+	return func(ctx context.Context) any {
+		st := Status{Stats: m.Snapshot(), Redis: redis}
+		if ready != nil {
+			if err := ready(ctx); err != nil {
+				st.Ready = err.Error()
+			}
+		}
+		return st
+	}
+}

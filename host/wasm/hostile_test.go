@@ -1,0 +1,293 @@
+package wasm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/wasm"
+	"github.com/ruled-dev/ruled/sdk"
+	"github.com/ruled-dev/ruled/sdk/plugintest"
+)
+
+const hostilePkg = "testdata/hostile"
+
+// hostileTimeout is the hostile plugin's call deadline: short, to keep the
+// tests quick, and longer than any healthy call.
+const hostileTimeout = 400 * time.Millisecond
+
+func hostileOptions(logs *logRecorder) wasm.Options {
+	return wasm.Options{CallTimeout: hostileTimeout, MemoryLimitPages: 512, PoolSize: 4, Prewarm: 2, Logger: slog.New(logs)}
+}
+
+// hostile returns the shared hostile plugin: a short deadline and 32 MiB
+// of memory per instance.
+func hostile(t *testing.T) *wasm.Plugin {
+	t.Helper()
+	return shared(t, "hostile", hostilePkg, hostileOptions(&logRecorder{}))
+}
+
+// rig is a plugin and a real Redis to decide against.
+type rig struct {
+	p   *wasm.Plugin
+	reg *capability.Plugin
+}
+
+func newRig(t *testing.T, p *wasm.Plugin) *rig {
+	t.Helper()
+	env := plugintest.NewEnv(t)
+	return &rig{p: p, reg: plugintest.Register(t, env.Capability(), p)}
+}
+
+// decide runs one decision of the hostile plugin in mode.
+func (r *rig) decide(t *testing.T, mode string) (sdk.Decision, error) {
+	t.Helper()
+	cfg, err := r.p.Configure(map[string]any{"mode": mode})
+	if err != nil {
+		t.Fatalf("configure %s: %v", mode, err)
+	}
+	return r.p.Decide(context.Background(), r.reg.Host("r", "s"), cfg, sdk.Request{Subject: "s", Hits: 1})
+}
+
+// healthy checks that a well-behaved decision still works.
+func (r *rig) healthy(t *testing.T) {
+	t.Helper()
+	d, err := r.decide(t, "ok")
+	if err != nil || !d.Allowed || d.Limit != 10 {
+		t.Fatalf("healthy decision after the fault: %+v, %v", d, err)
+	}
+}
+
+// faulty runs mode, expects a CallError for which check holds, and checks
+// that the instance was discarded and the plugin keeps serving.
+func faulty(t *testing.T, mode string, check func(*wasm.CallError) bool) {
+	r := newRig(t, hostile(t))
+	before := r.p.Stats().Discarded
+	start := time.Now()
+	_, err := r.decide(t, mode)
+	took := time.Since(start)
+	var ce *wasm.CallError
+	if !errors.As(err, &ce) || !check(ce) {
+		t.Fatalf("%s: err = %v", mode, err)
+	}
+	t.Logf("%s: %v (%v)", mode, err, took)
+	if took > hostileTimeout+time.Second {
+		t.Errorf("%s: answered after %v", mode, took)
+	}
+	if got := r.p.Stats().Discarded; got != before+1 {
+		t.Errorf("%s: discarded %d instances, want 1", mode, got-before)
+	}
+	r.healthy(t)
+}
+
+func TestInfiniteLoopHitsTheDeadline(t *testing.T) {
+	faulty(t, "loop", func(e *wasm.CallError) bool {
+		return errors.Is(e, context.DeadlineExceeded) && e.Func == "ruled_decide"
+	})
+}
+
+func TestPanicIsAnError(t *testing.T) {
+	faulty(t, "panic", func(e *wasm.CallError) bool {
+		return strings.Contains(e.Detail, "panic: boom") && !errors.Is(e, context.DeadlineExceeded)
+	})
+}
+
+func TestRunningOutOfMemoryIsAnError(t *testing.T) {
+	faulty(t, "oom", func(e *wasm.CallError) bool {
+		// The Go runtime usually reports it on stderr and traps; near the
+		// limit it may also collect garbage until the deadline.
+		return strings.Contains(e.Detail, "out of memory") || errors.Is(e, context.DeadlineExceeded)
+	})
+}
+
+func TestExitIsAnError(t *testing.T) {
+	faulty(t, "exit", func(e *wasm.CallError) bool { return strings.Contains(e.Error(), "exit_code(3)") })
+}
+
+func TestConfigurePanicIsAnError(t *testing.T) {
+	r := newRig(t, hostile(t))
+	p := r.p
+	before := p.Stats().Discarded
+	_, err := p.Configure(map[string]any{"mode": "panic-in-configure"})
+	var ce *wasm.CallError
+	if !errors.As(err, &ce) || ce.Func != "ruled_configure" || !strings.Contains(ce.Detail, "configure exploded") {
+		t.Fatalf("err = %v", err)
+	}
+	if p.Stats().Discarded != before+1 {
+		t.Fatal("instance kept")
+	}
+	r.healthy(t)
+}
+
+func TestBadPointersGetStatuses(t *testing.T) {
+	logs := &logRecorder{}
+	r := newRig(t, fresh(t, hostilePkg, hostileOptions(logs)))
+	p := r.p
+	before := p.Stats().Discarded
+	_, err := r.decide(t, "badptr")
+	// bad request, bad reply buffer, length past the end, small buffer,
+	// undecodable request, no reply waiting.
+	if err == nil || !strings.Contains(err.Error(), "statuses [-1 -1 -1 -5 -2 -4]") {
+		t.Fatalf("err = %v", err)
+	}
+	var ce *wasm.CallError
+	if errors.As(err, &ce) || p.Stats().Discarded != before {
+		t.Fatalf("a guest that handled bad statuses was discarded: %v", err)
+	}
+	if len(logs.matching("log: message outside guest memory")) == 0 {
+		t.Error("the bad log call was not reported")
+	}
+	r.healthy(t)
+}
+
+func TestUndeclaredScriptIsRefused(t *testing.T) {
+	r := newRig(t, hostile(t))
+	_, err := r.decide(t, "undeclared")
+	if capability.ClassOf(err) != capability.ClassRefused || !strings.Contains(err.Error(), `script "nope" was not declared`) {
+		t.Fatalf("err = %v (class %q)", err, capability.ClassOf(err))
+	}
+	r.healthy(t)
+}
+
+func TestLargeRepliesArriveWhole(t *testing.T) {
+	d, err := newRig(t, hostile(t)).decide(t, "big")
+	if err != nil || d.Remaining != 100000 {
+		t.Fatalf("%+v %v", d, err)
+	}
+}
+
+func TestSleepingDoesNotBlock(t *testing.T) {
+	// The sandbox's sleep returns at once; the Go runtime then waits for its
+	// timer by polling the clock, within the deadline.
+	d, err := newRig(t, hostile(t)).decide(t, "slow")
+	if err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+}
+
+func TestGuestOutputIsLoggedAndBounded(t *testing.T) {
+	logs := &logRecorder{}
+	if _, err := newRig(t, fresh(t, hostilePkg, hostileOptions(logs))).decide(t, "stdout"); err != nil {
+		t.Fatal(err)
+	}
+	if len(logs.matching("stdout: hello from stdout plugin=hostile")) != 1 {
+		t.Errorf("stdout line not logged: %q", logs.matching("stdout"))
+	}
+	long := logs.matching("stderr: eeee")
+	if len(long) != 1 || len(long[0]) > 1100 || !strings.Contains(long[0], "…") {
+		t.Errorf("stderr line not logged or not truncated: %d lines", len(long))
+	}
+}
+
+// countingHost wraps a capability host and counts log lines.
+type countingHost struct {
+	sdk.Host
+	mu   sync.Mutex
+	logs int
+}
+
+func (h *countingHost) Log(level sdk.Level, msg string) {
+	h.mu.Lock()
+	h.logs++
+	h.mu.Unlock()
+}
+
+func TestLogFloodIsRateLimited(t *testing.T) {
+	logs := &logRecorder{}
+	p := fresh(t, hostilePkg, hostileOptions(logs))
+	env := plugintest.NewEnv(t)
+	reg := plugintest.Register(t, env.Capability(), p)
+	h := &countingHost{Host: reg.Host("r", "s")}
+	flood, err := p.Configure(map[string]any{"mode": "logflood"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Start at the beginning of a second, so that the flood fits in one.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	if _, err := p.Decide(context.Background(), h, flood, sdk.Request{Subject: "s", Hits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if h.logs > 100 {
+		t.Fatalf("%d of 1000 lines logged in one second, want at most 100", h.logs)
+	}
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	if _, err := p.Decide(context.Background(), h, flood, sdk.Request{Subject: "s", Hits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if len(logs.matching("dropped guest log lines")) == 0 {
+		t.Error("dropped lines not reported")
+	}
+}
+
+func TestModuleWithoutTheABIMarkerDoesNotLoad(t *testing.T) {
+	_, err := wasm.Load(context.Background(), module(t, "testdata/noabi"), wasm.Options{CacheDir: cacheDir})
+	if err == nil || !strings.Contains(err.Error(), "module speaks ruled_abi_v2; this ruled speaks only ruled_abi_v1") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestModuleWithAForeignImportDoesNotLoad(t *testing.T) {
+	_, err := wasm.Load(context.Background(), module(t, "testdata/badimport"), wasm.Options{CacheDir: cacheDir})
+	if err == nil || !strings.Contains(err.Error(), "env.sneaky (not provided by ruled)") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestModuleBreakingTheABIIsDiscarded(t *testing.T) {
+	p := shared(t, "rawabi", "testdata/rawabi", wasm.Options{PoolSize: 2, Prewarm: 1})
+	cfg, err := p.Configure(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &stubHost{}
+	decide := func(subject string) (sdk.Decision, error) {
+		return p.Decide(context.Background(), h, cfg, sdk.Request{Subject: subject, Hits: 2})
+	}
+	for _, tc := range []struct{ subject, want string }{
+		{"badpacked", "answer at 0xfffffff0+64 lies outside memory"},
+		{"garbage", "ruled_decide: abi: DecideResponse"},
+		{"zero", "ruled_decide: the guest failed (returned 0)"},
+		{strings.Repeat("x", 2<<20), "ruled_buf: returned a"},
+	} {
+		before := p.Stats().Discarded
+		_, err := decide(tc.subject)
+		var ce *wasm.CallError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%.10s: err = %v, want %q", tc.subject, err, tc.want)
+		}
+		if p.Stats().Discarded != before+1 {
+			t.Errorf("%.10s: instance kept", tc.subject)
+		}
+		if d, err := decide("fine"); err != nil || d.Granted != 2 {
+			t.Fatalf("after %.10s: %+v %v", tc.subject, d, err)
+		}
+	}
+}
+
+func TestInspect(t *testing.T) {
+	info, err := wasm.Inspect(context.Background(), module(t, hostilePkg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Name != "hostile" || info.Version != "0.0.1" || len(info.Scripts) != 2 || info.Scripts[1].Name != "big" {
+		t.Fatalf("%+v", info)
+	}
+	if _, err := wasm.Inspect(context.Background(), module(t, "testdata/noabi")); err == nil {
+		t.Fatal("inspected a module without the ABI marker")
+	}
+}
+
+func TestBuildReportsCompilerErrors(t *testing.T) {
+	dir := t.TempDir()
+	err := wasm.Build(context.Background(), dir, dir+"/x.wasm")
+	if err == nil || !strings.Contains(err.Error(), "go build in "+dir) {
+		t.Fatalf("err = %v", err)
+	}
+	_ = fmt.Sprint(err)
+}

@@ -1,0 +1,400 @@
+package abi_test
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ruled-dev/ruled/sdk"
+	"github.com/ruled-dev/ruled/sdk/abi"
+	"github.com/ruled-dev/ruled/sdk/abi/abipb"
+)
+
+var longSource = strings.Repeat("-- a long script line\n", 900) // > 16 KiB: a 3-byte length
+
+func testInfo() sdk.Info {
+	return sdk.Info{Name: "gcra", Version: "1.2.3", Scripts: []sdk.Script{
+		{Name: "decide", Source: longSource, Commands: []string{"HGET", "HSET", "PEXPIRE"}},
+		{Name: "peek", Source: "return 1", Commands: nil},
+	}}
+}
+
+func TestInfoRoundTripAndSchema(t *testing.T) {
+	info := testInfo()
+	b := abi.AppendInfo(nil, &info)
+	got, err := abi.DecodeInfo(b)
+	if err != nil || !reflect.DeepEqual(got, info) {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	var pb abipb.Info
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		t.Fatal(err)
+	}
+	if pb.Name != "gcra" || len(pb.Scripts) != 2 || pb.Scripts[0].Source != longSource ||
+		!reflect.DeepEqual(pb.Scripts[0].Commands, []string{"HGET", "HSET", "PEXPIRE"}) {
+		t.Fatalf("generated code reads %v", &pb)
+	}
+	pbBytes, _ := proto.Marshal(&pb)
+	if got, err = abi.DecodeInfo(pbBytes); err != nil || !reflect.DeepEqual(got, info) {
+		t.Fatalf("from generated code: %+v, %v", got, err)
+	}
+}
+
+func testConfig() map[string]any {
+	return map[string]any{
+		"limit":  100,
+		"big":    uint64(math.MaxUint64),
+		"ratio":  0.25,
+		"window": "1m",
+		"per":    1500 * time.Millisecond,
+		"on":     true,
+		"none":   nil,
+		"also": []any{
+			map[string]any{"limit": -5, "window": "1h"},
+			[]any{"x", 1, false},
+		},
+		"empty": map[string]any{},
+	}
+}
+
+func TestConfigureRequestRoundTripAndSchema(t *testing.T) {
+	m := abi.ConfigureRequest{ConfigID: 42, Config: testConfig()}
+	b, err := m.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got abi.ConfigureRequest
+	if err := got.Decode(b); err != nil || !reflect.DeepEqual(got, m) {
+		t.Fatalf("round trip:\n got %#v\nwant %#v\n%v", got, m, err)
+	}
+
+	var pb abipb.ConfigureRequest
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		t.Fatal(err)
+	}
+	f := pb.Config.Fields
+	if pb.ConfigId != 42 || f["limit"].GetIntValue() != 100 || f["big"].GetUintValue() != math.MaxUint64 ||
+		f["ratio"].GetFloatValue() != 0.25 || f["window"].GetStringValue() != "1m" ||
+		f["per"].GetDurationNs() != int64(1500*time.Millisecond) || !f["on"].GetBoolValue() ||
+		!f["none"].GetNullValue() || f["also"].GetListValue().Values[0].GetMapValue().Fields["limit"].GetIntValue() != -5 {
+		t.Fatalf("generated code reads %v", &pb)
+	}
+	pbBytes, _ := proto.Marshal(&pb)
+	if err := got.Decode(pbBytes); err != nil || !reflect.DeepEqual(got, m) {
+		t.Fatalf("from generated code: %#v, %v", got, err)
+	}
+}
+
+func TestConfigureRequestRejectsUnknownTypes(t *testing.T) {
+	m := abi.ConfigureRequest{ConfigID: 1, Config: map[string]any{"f": func() {}}}
+	if _, err := m.Append(nil); err == nil || !strings.Contains(err.Error(), "f: abi: cannot encode a value of type func()") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEmptyConfigDecodesAsEmptyMap(t *testing.T) {
+	var got abi.ConfigureRequest
+	if err := got.Decode(nil); err != nil || got.Config == nil || len(got.Config) != 0 {
+		t.Fatalf("%#v, %v", got, err)
+	}
+}
+
+func TestConfigureResponse(t *testing.T) {
+	for _, e := range [][]string{nil, {"limit: required", "window: required"}} {
+		b := (&abi.ConfigureResponse{Errors: e}).Append(nil)
+		var got abi.ConfigureResponse
+		if err := got.Decode(b); err != nil || !reflect.DeepEqual(got.Errors, e) {
+			t.Fatalf("%q: %q %v", e, got.Errors, err)
+		}
+		var pb abipb.ConfigureResponse
+		if err := proto.Unmarshal(b, &pb); err != nil || len(pb.Errors) != len(e) {
+			t.Fatalf("generated code reads %v (%v)", &pb, err)
+		}
+	}
+}
+
+func TestDecideRequestRoundTripAndSchema(t *testing.T) {
+	m := abi.DecideRequest{ConfigID: 7, Request: sdk.Request{
+		Subject: "\xff\x00bytes", Hits: -3, DedupID: "d-1", BestEffort: true,
+		Attrs: map[string]string{"tenant": "acme", "tier": ""},
+	}}
+	b := m.Append(nil)
+	var got abi.DecideRequest
+	if err := got.Decode(b); err != nil || !reflect.DeepEqual(got, m) {
+		t.Fatalf("round trip: %#v, %v", got, err)
+	}
+	var pb abipb.DecideRequest
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		t.Fatal(err)
+	}
+	if pb.ConfigId != 7 || string(pb.Subject) != "\xff\x00bytes" || pb.Hits != -3 || string(pb.DedupId) != "d-1" ||
+		!pb.BestEffort || pb.Attrs["tenant"] != "acme" {
+		t.Fatalf("generated code reads %v", &pb)
+	}
+	// The zero request is empty on the wire and decodes with nil attrs.
+	if b := (&abi.DecideRequest{}).Append(nil); len(b) != 0 {
+		t.Fatalf("zero request encodes to %x", b)
+	}
+}
+
+func TestDecideResponseRoundTripAndSchema(t *testing.T) {
+	us := time.Microsecond
+	m := abi.DecideResponse{Decision: sdk.Decision{
+		Allowed: true, Granted: -2, Limit: 1 << 50, Remaining: 3,
+		Window: time.Hour, Reset: 1234567 * us, RetryAfter: 0, Delay: 999 * us,
+	}}
+	b := m.Append(nil)
+	var got abi.DecideResponse
+	if err := got.Decode(b); err != nil || got != m {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	var pb abipb.DecideResponse
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		t.Fatal(err)
+	}
+	if d := pb.Decision; !d.Allowed || d.Granted != -2 || d.Limit != 1<<50 || d.WindowUs != 3600e6 || d.ResetUs != 1234567 || d.DelayUs != 999 {
+		t.Fatalf("generated code reads %v", &pb)
+	}
+	// Durations cross in whole microseconds.
+	m.Decision.Reset = 1500 * time.Nanosecond
+	if err := got.Decode(m.Append(nil)); err != nil || got.Decision.Reset != us {
+		t.Fatalf("sub-microsecond reset: %v %v", got.Decision.Reset, err)
+	}
+	if err := got.Decode((&abi.DecideResponse{Error: "boom"}).Append(nil)); err != nil || got.Error != "boom" || got.Decision != (sdk.Decision{}) {
+		t.Fatalf("error response: %+v %v", got, err)
+	}
+}
+
+type marshaler struct{}
+
+func (marshaler) MarshalBinary() ([]byte, error) { return []byte("bin"), nil }
+
+func TestEvalRequestRoundTripAndSchema(t *testing.T) {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
+	m := abi.EvalRequest{Script: "decide", Keys: []string{"c", "d"},
+		Args: []any{int64(5), 7, "\xffraw", []byte("b"), true, 0.5, time.Second, nil, uint64(math.MaxUint64), at, marshaler{}}}
+	b, err := m.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got abi.EvalRequest
+	if err := got.Decode(b); err != nil {
+		t.Fatal(err)
+	}
+	want := []any{int64(5), int64(7), "\xffraw", "b", true, 0.5, time.Second, nil, uint64(math.MaxUint64),
+		at.Format(time.RFC3339Nano), "bin"}
+	if got.Script != "decide" || !reflect.DeepEqual(got.Keys, m.Keys) || !reflect.DeepEqual(got.Args, want) {
+		t.Fatalf("round trip: %#v", got)
+	}
+	var pb abipb.EvalRequest
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		t.Fatal(err)
+	}
+	if pb.Script != "decide" || len(pb.Args) != len(want) || string(pb.Args[2].GetBytesValue()) != "\xffraw" {
+		t.Fatalf("generated code reads %v", &pb)
+	}
+	// Reuse keeps capacity and forgets old content.
+	small := abi.EvalRequest{Script: "s", Args: []any{1}}
+	b, _ = small.Append(b[:0])
+	if err := got.Decode(b); err != nil || len(got.Keys) != 0 || !reflect.DeepEqual(got.Args, []any{int64(1)}) {
+		t.Fatalf("reuse: %#v %v", got, err)
+	}
+}
+
+func TestEvalRequestRefusesStructuredArgs(t *testing.T) {
+	for _, a := range []any{[]any{1}, map[string]any{}, struct{}{}} {
+		m := abi.EvalRequest{Script: "s", Args: []any{a}}
+		if _, err := m.Append(nil); !errors.Is(err, abi.ErrArgType) {
+			t.Errorf("%T: %v", a, err)
+		}
+	}
+	// A list smuggled in by a hand-written guest is refused by the decoder.
+	v, _ := abi.AppendValue(nil, []any{1})
+	pb := &abipb.EvalRequest{Script: "s"}
+	var lv abipb.Value
+	if err := proto.Unmarshal(v, &lv); err != nil {
+		t.Fatal(err)
+	}
+	pb.Args = append(pb.Args, &lv)
+	b, _ := proto.Marshal(pb)
+	var got abi.EvalRequest
+	if err := got.Decode(b); !errors.Is(err, abi.ErrArgType) {
+		t.Fatalf("decode list argument: %v", err)
+	}
+}
+
+func TestReplyRoundTripAndSchema(t *testing.T) {
+	r := sdk.NewReply([]any{int64(1), "two", nil, []any{int64(-4), strings.Repeat("x", 300)}, []any{}})
+	b := abi.AppendReply(nil, r)
+	got, err := abi.DecodeReply(b)
+	if err != nil || !reflect.DeepEqual(got, r) {
+		t.Fatalf("round trip: %#v, %v", got, err)
+	}
+	var pb abipb.Reply
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		t.Fatal(err)
+	}
+	elems := pb.GetArrayValue().Elems
+	if len(elems) != 5 || elems[0].GetIntValue() != 1 || string(elems[1].GetStringValue()) != "two" || !elems[2].GetNullValue() ||
+		len(elems[3].GetArrayValue().Elems) != 2 || elems[4].GetArrayValue() == nil {
+		t.Fatalf("generated code reads %v", &pb)
+	}
+	for _, single := range []sdk.Reply{sdk.NewReply(nil), sdk.NewReply(int64(0)), sdk.NewReply("")} {
+		got, err := abi.DecodeReply(abi.AppendReply(nil, single))
+		if err != nil || !reflect.DeepEqual(got, single) {
+			t.Fatalf("%#v: %#v %v", single, got, err)
+		}
+	}
+	// An empty message is a nil reply.
+	if got, err := abi.DecodeReply(nil); err != nil || !got.IsNil() {
+		t.Fatalf("empty: %#v %v", got, err)
+	}
+}
+
+func TestReplyError(t *testing.T) {
+	b := abi.AppendReplyError(nil, &abi.Error{Class: "refused", Message: "script \"x\" was not declared"})
+	_, err := abi.DecodeReply(b)
+	var e *abi.Error
+	if !errors.As(err, &e) || e.Class != "refused" || !strings.Contains(e.Error(), "not declared") {
+		t.Fatalf("err = %#v", err)
+	}
+	var pb abipb.Reply
+	if err := proto.Unmarshal(b, &pb); err != nil || pb.GetError().Class != "refused" {
+		t.Fatalf("generated code reads %v (%v)", &pb, err)
+	}
+}
+
+func TestInitRequest(t *testing.T) {
+	var got abi.InitRequest
+	if err := got.Decode((&abi.InitRequest{ABIVersion: abi.Version}).Append(nil)); err != nil || got.ABIVersion != 1 {
+		t.Fatalf("%+v %v", got, err)
+	}
+}
+
+func TestUnknownFieldsAreSkipped(t *testing.T) {
+	// A newer host may send fields this reader does not know.
+	b := (&abi.DecideRequest{ConfigID: 3, Request: sdk.Request{Subject: "s", Hits: 1}}).Append(nil)
+	b = append(b, 0xf8, 0x01, 0x05)                   // field 31, varint 5
+	b = append(b, 0xfa, 0x01, 0x02, 'h', 'i')         // field 31, bytes "hi"
+	b = append(b, 0xfd, 0x01, 1, 2, 3, 4)             // field 31, fixed32
+	b = append(b, 0xf9, 0x01, 1, 2, 3, 4, 5, 6, 7, 8) // field 31, fixed64
+	b = append(b, 0x10, 0x02)                         // field 2 with the wrong wire type: skipped
+	var got abi.DecideRequest
+	if err := got.Decode(b); err != nil || got.ConfigID != 3 || got.Request.Subject != "s" || got.Request.Hits != 1 {
+		t.Fatalf("%+v %v", got, err)
+	}
+}
+
+func TestTruncatedMessagesFail(t *testing.T) {
+	full := (&abi.DecideRequest{ConfigID: 3, Request: sdk.Request{Subject: "subject", Hits: 1}}).Append(nil)
+	for n := 1; n < len(full); n++ {
+		var got abi.DecideRequest
+		err := got.Decode(full[:n])
+		// Every cut either fails or lands on a field boundary.
+		if err == nil && got.Request.Subject != "" && got.Request.Subject != "subject" {
+			t.Fatalf("cut at %d decoded a partial subject %q", n, got.Request.Subject)
+		}
+	}
+	if _, err := abi.DecodeReply([]byte{0x22, 0x05, 0x0a}); err == nil {
+		t.Fatal("truncated array decoded")
+	}
+}
+
+func TestDeepNestingIsRefused(t *testing.T) {
+	var v any = 1
+	for range 100 {
+		v = []any{v}
+	}
+	if _, err := abi.AppendValue(nil, v); err == nil {
+		t.Fatal("encoded a value nested 100 deep")
+	}
+	// Hand-build a reply nested 100 deep.
+	b := abi.AppendReply(nil, sdk.NewReply(int64(1)))
+	for range 100 {
+		b = abi.AppendReply(nil, sdk.NewReply([]sdk.Reply{mustDecode(t, b)}))
+	}
+	if _, err := abi.DecodeReply(b); err == nil || !strings.Contains(err.Error(), "nested too deeply") {
+		t.Fatalf("decoded a reply nested 100 deep: %v", err)
+	}
+}
+
+// mustDecode decodes without the depth limit mattering (one level at a time).
+func mustDecode(t *testing.T, b []byte) sdk.Reply {
+	t.Helper()
+	var pb abipb.Reply
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		t.Fatal(err)
+	}
+	return fromPB(&pb)
+}
+
+func fromPB(pb *abipb.Reply) sdk.Reply {
+	switch k := pb.Kind.(type) {
+	case *abipb.Reply_IntValue:
+		return sdk.NewReply(k.IntValue)
+	case *abipb.Reply_StringValue:
+		return sdk.NewReply(string(k.StringValue))
+	case *abipb.Reply_ArrayValue:
+		arr := make([]sdk.Reply, len(k.ArrayValue.Elems))
+		for i, e := range k.ArrayValue.Elems {
+			arr[i] = fromPB(e)
+		}
+		return sdk.NewReply(arr)
+	}
+	return sdk.Reply{}
+}
+
+func TestPackUnpack(t *testing.T) {
+	p := abi.Pack(0xdeadbeef, 12)
+	if ptr, n := abi.Unpack(p); ptr != 0xdeadbeef || n != 12 {
+		t.Fatalf("%x %d", ptr, n)
+	}
+	if !abi.IsStatus(int64(abi.StatusBadPointer)) || abi.IsStatus(-abi.MinReplyCap-1) || abi.IsStatus(0) {
+		t.Fatal("IsStatus")
+	}
+}
+
+func TestHotPathsDoNotAllocate(t *testing.T) {
+	buf := make([]byte, 0, 1024)
+	resp := abi.DecideResponse{Decision: sdk.Decision{Allowed: true, Granted: 1, Limit: 10, Remaining: 9, Window: time.Second, Reset: time.Second}}
+	req := abi.DecideRequest{ConfigID: 1, Request: sdk.Request{Subject: "s", Hits: 1}}
+	reply := sdk.IntsReply(1, 1, 10, 9, 1000000, 0)
+	var dec abi.DecideResponse
+	n := testing.AllocsPerRun(100, func() {
+		b := resp.Append(buf[:0])
+		b = req.Append(b)
+		buf = abi.AppendReply(b, reply)
+		_ = dec.Decode(resp.Append(buf[:0]))
+	})
+	if n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
+}
+
+func FuzzDecoders(f *testing.F) {
+	info := testInfo()
+	f.Add(abi.AppendInfo(nil, &info))
+	cr, _ := (&abi.ConfigureRequest{ConfigID: 1, Config: testConfig()}).Append(nil)
+	f.Add(cr)
+	f.Add(abi.AppendReply(nil, sdk.NewReply([]any{int64(1), "x", []any{nil}})))
+	er, _ := (&abi.EvalRequest{Script: "s", Keys: []string{"k"}, Args: []any{1, "a", 0.5}}).Append(nil)
+	f.Add(er)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = abi.DecodeInfo(b)
+		_, _ = abi.DecodeReply(b)
+		_, _ = abi.DecodeValue(b)
+		var c abi.ConfigureRequest
+		_ = c.Decode(b)
+		var d abi.DecideRequest
+		_ = d.Decode(b)
+		var r abi.DecideResponse
+		_ = r.Decode(b)
+		var e abi.EvalRequest
+		_ = e.Decode(b)
+	})
+}

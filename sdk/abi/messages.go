@@ -1,0 +1,460 @@
+package abi
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// InitRequest is the argument of ExportInit.
+type InitRequest struct {
+	// ABIVersion is the ABI the host speaks (Version).
+	ABIVersion uint32
+}
+
+// Append appends m encoded.
+func (m *InitRequest) Append(b []byte) []byte { return appendUint(b, 1, uint64(m.ABIVersion)) }
+
+// Decode decodes b into m.
+func (m *InitRequest) Decode(b []byte) error {
+	*m = InitRequest{}
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return fmt.Errorf("abi: InitRequest: %w", err)
+		}
+		b = rest
+		if f.num == 1 && f.isVarint() {
+			m.ABIVersion = uint32(f.u)
+		}
+	}
+	return nil
+}
+
+// AppendInfo appends info encoded as an Info message.
+func AppendInfo(b []byte, info *sdk.Info) []byte {
+	b = appendString(b, 1, info.Name)
+	b = appendString(b, 2, info.Version)
+	for i := range info.Scripts {
+		s := &info.Scripts[i]
+		var mark int
+		b, mark = beginNested(b, 3)
+		b = appendString(b, 1, s.Name)
+		b = appendString(b, 2, s.Source)
+		for _, c := range s.Commands {
+			b = appendStringAlways(b, 3, c)
+		}
+		b = endNested(b, mark)
+	}
+	return b
+}
+
+// DecodeInfo decodes an Info message.
+func DecodeInfo(b []byte) (sdk.Info, error) {
+	var info sdk.Info
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return sdk.Info{}, fmt.Errorf("abi: Info: %w", err)
+		}
+		b = rest
+		switch {
+		case f.num == 1 && f.isBytes():
+			info.Name = string(f.bytes)
+		case f.num == 2 && f.isBytes():
+			info.Version = string(f.bytes)
+		case f.num == 3 && f.isBytes():
+			s, err := decodeScript(f.bytes)
+			if err != nil {
+				return sdk.Info{}, err
+			}
+			info.Scripts = append(info.Scripts, s)
+		}
+	}
+	return info, nil
+}
+
+func decodeScript(b []byte) (sdk.Script, error) {
+	var s sdk.Script
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return sdk.Script{}, fmt.Errorf("abi: Script: %w", err)
+		}
+		b = rest
+		if !f.isBytes() {
+			continue
+		}
+		switch f.num {
+		case 1:
+			s.Name = string(f.bytes)
+		case 2:
+			s.Source = string(f.bytes)
+		case 3:
+			s.Commands = append(s.Commands, string(f.bytes))
+		}
+	}
+	return s, nil
+}
+
+// ConfigureRequest is the argument of ExportConfigure.
+type ConfigureRequest struct {
+	// ConfigID names the config in later DecideRequests; never 0.
+	ConfigID uint64
+	// Config is the rule's raw config (see AppendValue for the types).
+	Config map[string]any
+}
+
+// Append appends m encoded. It fails on a config value AppendValue cannot
+// encode.
+func (m *ConfigureRequest) Append(b []byte) ([]byte, error) {
+	b = appendUint(b, 1, m.ConfigID)
+	if len(m.Config) == 0 {
+		return b, nil
+	}
+	b, mark := beginNested(b, 2)
+	b, err := appendValueMapFields(b, m.Config, 1)
+	if err != nil {
+		return b, fmt.Errorf("abi: config: %w", err)
+	}
+	return endNested(b, mark), nil
+}
+
+// Decode decodes b into m. An absent config decodes as an empty map.
+func (m *ConfigureRequest) Decode(b []byte) error {
+	*m = ConfigureRequest{}
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return fmt.Errorf("abi: ConfigureRequest: %w", err)
+		}
+		b = rest
+		switch {
+		case f.num == 1 && f.isVarint():
+			m.ConfigID = f.u
+		case f.num == 2 && f.isBytes():
+			if m.Config, err = decodeValueMap(f.bytes, 1); err != nil {
+				return fmt.Errorf("abi: ConfigureRequest: %w", err)
+			}
+		}
+	}
+	if m.Config == nil {
+		m.Config = map[string]any{}
+	}
+	return nil
+}
+
+// ConfigureResponse is the answer of ExportConfigure.
+type ConfigureResponse struct {
+	// Errors lists every problem with the config, one message each (the
+	// leaves of an errors.Join tree); empty when the config is valid.
+	Errors []string
+}
+
+// Append appends m encoded.
+func (m *ConfigureResponse) Append(b []byte) []byte {
+	for _, e := range m.Errors {
+		b = appendStringAlways(b, 1, e)
+	}
+	return b
+}
+
+// Decode decodes b into m.
+func (m *ConfigureResponse) Decode(b []byte) error {
+	*m = ConfigureResponse{}
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return fmt.Errorf("abi: ConfigureResponse: %w", err)
+		}
+		b = rest
+		if f.num == 1 && f.isBytes() {
+			m.Errors = append(m.Errors, string(f.bytes))
+		}
+	}
+	return nil
+}
+
+// DecideRequest is the argument of ExportDecide.
+type DecideRequest struct {
+	// ConfigID names a config the guest accepted in ExportConfigure.
+	ConfigID uint64
+	// Request is the request to decide.
+	Request sdk.Request
+}
+
+// Append appends m encoded.
+func (m *DecideRequest) Append(b []byte) []byte {
+	r := &m.Request
+	b = appendUint(b, 1, m.ConfigID)
+	b = appendString(b, 2, r.Subject)
+	b = appendSint(b, 3, r.Hits)
+	b = appendString(b, 4, r.DedupID)
+	b = appendBool(b, 5, r.BestEffort)
+	for k, v := range r.Attrs {
+		var mark int
+		b, mark = beginNested(b, 6)
+		b = appendString(b, 1, k)
+		b = appendString(b, 2, v)
+		b = endNested(b, mark)
+	}
+	return b
+}
+
+// Decode decodes b into m. Attrs is nil when the request has none.
+func (m *DecideRequest) Decode(b []byte) error {
+	*m = DecideRequest{}
+	r := &m.Request
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return fmt.Errorf("abi: DecideRequest: %w", err)
+		}
+		b = rest
+		switch {
+		case f.num == 1 && f.isVarint():
+			m.ConfigID = f.u
+		case f.num == 2 && f.isBytes():
+			r.Subject = string(f.bytes)
+		case f.num == 3 && f.isVarint():
+			r.Hits = f.sint()
+		case f.num == 4 && f.isBytes():
+			r.DedupID = string(f.bytes)
+		case f.num == 5 && f.isVarint():
+			r.BestEffort = f.u != 0
+		case f.num == 6 && f.isBytes():
+			k, v, err := decodeStringPair(f.bytes)
+			if err != nil {
+				return fmt.Errorf("abi: DecideRequest attrs: %w", err)
+			}
+			if r.Attrs == nil {
+				r.Attrs = map[string]string{}
+			}
+			r.Attrs[k] = v
+		}
+	}
+	return nil
+}
+
+func decodeStringPair(b []byte) (k, v string, err error) {
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return "", "", err
+		}
+		b = rest
+		switch {
+		case f.num == 1 && f.isBytes():
+			k = string(f.bytes)
+		case f.num == 2 && f.isBytes():
+			v = string(f.bytes)
+		}
+	}
+	return k, v, nil
+}
+
+// DecideResponse is the answer of ExportDecide.
+type DecideResponse struct {
+	// Decision is the plugin's decision; durations cross the boundary in
+	// whole microseconds (shorter parts are truncated).
+	Decision sdk.Decision
+	// Error is set when the plugin could not decide.
+	Error string
+}
+
+// Append appends m encoded.
+func (m *DecideResponse) Append(b []byte) []byte {
+	d := &m.Decision
+	b, mark := beginNested(b, 1)
+	b = appendBool(b, 1, d.Allowed)
+	b = appendSint(b, 2, d.Granted)
+	b = appendSint(b, 3, d.Limit)
+	b = appendSint(b, 4, d.Remaining)
+	b = appendSint(b, 5, d.Window.Microseconds())
+	b = appendSint(b, 6, d.Reset.Microseconds())
+	b = appendSint(b, 7, d.RetryAfter.Microseconds())
+	b = appendSint(b, 8, d.Delay.Microseconds())
+	b = endNested(b, mark)
+	return appendString(b, 2, m.Error)
+}
+
+// Decode decodes b into m.
+func (m *DecideResponse) Decode(b []byte) error {
+	*m = DecideResponse{}
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return fmt.Errorf("abi: DecideResponse: %w", err)
+		}
+		b = rest
+		switch {
+		case f.num == 1 && f.isBytes():
+			if err := decodeDecision(f.bytes, &m.Decision); err != nil {
+				return err
+			}
+		case f.num == 2 && f.isBytes():
+			m.Error = string(f.bytes)
+		}
+	}
+	return nil
+}
+
+func decodeDecision(b []byte, d *sdk.Decision) error {
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return fmt.Errorf("abi: Decision: %w", err)
+		}
+		b = rest
+		if !f.isVarint() {
+			continue
+		}
+		switch f.num {
+		case 1:
+			d.Allowed = f.u != 0
+		case 2:
+			d.Granted = f.sint()
+		case 3:
+			d.Limit = f.sint()
+		case 4:
+			d.Remaining = f.sint()
+		case 5:
+			d.Window = us(f.sint())
+		case 6:
+			d.Reset = us(f.sint())
+		case 7:
+			d.RetryAfter = us(f.sint())
+		case 8:
+			d.Delay = us(f.sint())
+		}
+	}
+	return nil
+}
+
+// EvalRequest is what a guest passes to ImportRedisEval.
+type EvalRequest struct {
+	// Script names a script declared in Info.
+	Script string
+	// Keys are relative key names.
+	Keys []string
+	// Args are the script's arguments: scalars only (see AppendArg).
+	Args []any
+}
+
+// ErrArgType reports an Eval argument of a type that cannot cross the ABI.
+var ErrArgType = errors.New("abi: unsupported argument type")
+
+// Append appends m encoded. Args are encoded with AppendArg.
+func (m *EvalRequest) Append(b []byte) ([]byte, error) {
+	b = appendString(b, 1, m.Script)
+	for _, k := range m.Keys {
+		b = appendStringAlways(b, 2, k)
+	}
+	for i, a := range m.Args {
+		var mark int
+		var err error
+		b, mark = beginNested(b, 3)
+		if b, err = AppendArg(b, a); err != nil {
+			return b, fmt.Errorf("argument %d: %w", i, err)
+		}
+		b = endNested(b, mark)
+	}
+	return b, nil
+}
+
+// AppendArg appends an Eval argument encoded as a Value. It accepts what
+// go-redis accepts as a script argument and sends it the same way: nil,
+// strings, []byte, bools, integers, floats, time.Duration, time.Time (as
+// RFC 3339 text with nanoseconds) and encoding.BinaryMarshaler. Strings
+// travel as bytes_value, since they need not be UTF-8.
+func AppendArg(b []byte, a any) ([]byte, error) {
+	switch t := a.(type) {
+	case int64:
+		return appendIntValue(b, t), nil
+	case string:
+		return appendStringAlways(b, valueBytes, t), nil
+	case int:
+		return appendIntValue(b, int64(t)), nil
+	case time.Time:
+		b = appendTag(b, valueBytes, protowire.BytesType)
+		return protowire.AppendString(b, t.Format(time.RFC3339Nano)), nil
+	case nil, bool, int8, int16, int32, uint, uint8, uint16, uint32, uint64, float32, float64, []byte, time.Duration:
+		return appendValue(b, a, 0)
+	case interface{ MarshalBinary() ([]byte, error) }:
+		data, err := t.MarshalBinary()
+		if err != nil {
+			return b, fmt.Errorf("abi: argument: %w", err)
+		}
+		b = appendTag(b, valueBytes, protowire.BytesType)
+		return protowire.AppendBytes(b, data), nil
+	}
+	return b, fmt.Errorf("%w %T", ErrArgType, a)
+}
+
+// Decode decodes b into m, reusing m's slices. Arguments decode as
+// DecodeArg does; a list or map argument is an error.
+func (m *EvalRequest) Decode(b []byte) error {
+	m.Script, m.Keys, m.Args = "", m.Keys[:0], m.Args[:0]
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return fmt.Errorf("abi: EvalRequest: %w", err)
+		}
+		b = rest
+		if !f.isBytes() {
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Script = string(f.bytes)
+		case 2:
+			m.Keys = append(m.Keys, string(f.bytes))
+		case 3:
+			a, err := DecodeArg(f.bytes)
+			if err != nil {
+				return fmt.Errorf("abi: EvalRequest argument %d: %w", len(m.Args), err)
+			}
+			m.Args = append(m.Args, a)
+		}
+	}
+	return nil
+}
+
+// DecodeArg decodes an Eval argument: like DecodeValue, except that bytes
+// become a string (Redis sees the same bytes) and that lists and maps are
+// refused.
+func DecodeArg(b []byte) (any, error) {
+	var v any
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return nil, err
+		}
+		b = rest
+		switch {
+		case f.num == valueBytes && f.isBytes(), f.num == valueString && f.isBytes():
+			v = string(f.bytes)
+		case f.num == valueNull && f.isVarint():
+			v = nil
+		case f.num == valueInt && f.isVarint():
+			v = f.sint()
+		case f.num == valueUint && f.isVarint():
+			v = f.u
+		case f.num == valueFloat && f.typ == protowire.Fixed64Type:
+			v = math.Float64frombits(f.u)
+		case f.num == valueBool && f.isVarint():
+			v = f.u != 0
+		case f.num == valueDuration && f.isVarint():
+			v = time.Duration(f.sint())
+		case f.num == valueList, f.num == valueMap:
+			return nil, fmt.Errorf("%w: a list or map", ErrArgType)
+		}
+	}
+	return v, nil
+}
