@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -75,6 +77,12 @@ type Capability struct {
 
 	isolation *Isolation
 	pipeline  *redis.AutoPipelineOptions
+
+	breakerFailures int
+	breakerCooldown time.Duration
+	onAvailability  func(available bool)
+	nodeBreakers    sync.Map     // Cluster master address → *breaker
+	openCircuits    atomic.Int32 // breakers open now
 }
 
 // New returns a Capability over client.
@@ -88,6 +96,9 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
 	if c.prefix == "" || strings.ContainsAny(c.prefix, "{}*?[]\\ ") {
 		// Braces would move the hash tag and glob bytes would break Reset
 		// and ACL key patterns.
@@ -96,20 +107,52 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 		}
 		c.prefix = DefaultPrefix
 	}
-	if c.log == nil {
-		c.log = slog.Default()
-	}
-	c.breaker = newBreaker(opts.BreakerFailures, opts.BreakerCooldown, func(open bool) {
-		if open {
-			c.log.Warn("redis unavailable: circuit open; rules decide by their on_error policy")
-		} else {
-			c.log.Info("redis available again: circuit closed")
+	c.onAvailability = opts.OnAvailability
+	c.breakerFailures, c.breakerCooldown = opts.BreakerFailures, opts.BreakerCooldown
+	c.breaker = c.newBreaker("")
+	return c
+}
+
+// newBreaker returns a circuit breaker for one Redis node ("" for the
+// whole deployment when it is not a Cluster).
+func (c *Capability) newBreaker(node string) *breaker {
+	return newBreaker(c.breakerFailures, c.breakerCooldown, func(open bool) {
+		attrs := []any{}
+		if node != "" {
+			attrs = append(attrs, "node", node)
 		}
-		if opts.OnAvailability != nil {
-			opts.OnAvailability(!open)
+		var n int32
+		if open {
+			c.log.Warn("redis unavailable: circuit open; rules decide by their on_error policy", attrs...)
+			n = c.openCircuits.Add(1)
+		} else {
+			c.log.Info("redis available again: circuit closed", attrs...)
+			n = c.openCircuits.Add(-1)
+		}
+		if c.onAvailability != nil && ((open && n == 1) || (!open && n == 0)) {
+			c.onAvailability(!open)
 		}
 	})
-	return c
+}
+
+// breakerFor returns the circuit breaker for a call on key: on a Cluster,
+// the breaker of the master that owns the key's slot, so that one failed
+// master does not degrade the subjects of the healthy ones.
+func (c *Capability) breakerFor(ctx context.Context, key string) *breaker {
+	cc, ok := c.client.(*redis.ClusterClient)
+	if !ok || key == "" {
+		return c.breaker
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return c.breaker
+	}
+	addr := node.Options().Addr
+	if b, ok := c.nodeBreakers.Load(addr); ok {
+		return b.(*breaker)
+	}
+	b, _ := c.nodeBreakers.LoadOrStore(addr, c.newBreaker(addr))
+	return b.(*breaker)
 }
 
 // scripterFor returns what runs scripts on client: the client, or its
@@ -131,9 +174,9 @@ func (c *Capability) scripterFor(client redis.UniversalClient) redis.Scripter {
 	return client
 }
 
-// Available reports whether the circuit is closed: the last calls found
-// Redis answering.
-func (c *Capability) Available() bool { return !c.breaker.open() }
+// Available reports whether every circuit is closed: the last calls found
+// Redis (every Cluster master) answering.
+func (c *Capability) Available() bool { return c.openCircuits.Load() == 0 }
 
 // Client returns the Redis client the capability runs on.
 func (c *Capability) Client() redis.UniversalClient { return c.client }
@@ -289,7 +332,12 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	}
 	argv = append(argv, args...)
 
-	ok, probe := p.cap.breaker.allow()
+	var first string
+	if len(full) > 0 {
+		first = full[0]
+	}
+	br := p.cap.breakerFor(ctx, first)
+	ok, probe := br.allow()
 	if !ok {
 		err := &Error{Class: ClassConnection, Plugin: p.name, Script: script, Err: ErrCircuitOpen}
 		p.cap.observe(p.name, script, 0, err)
@@ -307,11 +355,11 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 			// slots now rather than at the next periodic reload.
 			cc.ReloadState(context.Background())
 		}
-		p.cap.breaker.record(unavailable, probe)
+		br.record(unavailable, probe)
 		p.cap.observe(p.name, script, time.Since(start), err)
 		return sdk.Reply{}, err
 	}
-	p.cap.breaker.record(false, probe)
+	br.record(false, probe)
 	p.cap.observe(p.name, script, time.Since(start), nil)
 	return sdk.NewReply(v), nil
 }
