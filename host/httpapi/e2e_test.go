@@ -57,7 +57,11 @@ func newFixture(t *testing.T, token string) *fixture {
 	if _, err := e.Load(path); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Admin: e, AdminToken: token}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Admin: e, AdminToken: token,
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "# metrics\n") }),
+		UI:      http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "<html></html>") }),
+		Stats:   func(context.Context) any { return map[string]any{} },
+	}))
 	t.Cleanup(srv.Close)
 	return &fixture{srv: srv, engine: e, rules: path}
 }
