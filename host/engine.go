@@ -478,24 +478,42 @@ func (e *Engine) Preload(ctx context.Context) error {
 // it are not evaluated and what the rules before it granted is refunded, so
 // that a denied request does not use up the other rules' quota.
 func (e *Engine) Check(ctx context.Context, req *CheckRequest) Result {
+	var res Result
+	e.CheckInto(ctx, req, &res)
+	return res
+}
+
+// CheckInto is Check writing into res, reusing res.Results' storage: a
+// caller that decides in a loop (or pools its Results) allocates nothing
+// per decision for them.
+func (e *Engine) CheckInto(ctx context.Context, req *CheckRequest, res *Result) {
 	start := time.Now()
-	res := e.check(ctx, req)
+	e.check(ctx, req, res)
 	for i := range res.Results {
 		rr := &res.Results[i]
 		e.obs.Decision(rr.Rule, rr.Plugin, outcome(rr), rr.cached)
 	}
 	e.obs.Check(time.Since(start), res.Allowed)
-	return res
 }
 
-func (e *Engine) check(ctx context.Context, req *CheckRequest) Result {
+// selections pools the per-check slices of matching rules.
+var selections = sync.Pool{New: func() any { s := make([]rules.Selection, 0, 8); return &s }}
+
+func (e *Engine) check(ctx context.Context, req *CheckRequest, res *Result) {
 	g := e.gen.Load()
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
-	sels := g.set.Match(&in)
-	res := Result{Allowed: true, Results: make([]RuleResult, 0, len(sels))}
+	buf := selections.Get().(*[]rules.Selection)
+	sels := g.set.AppendMatch((*buf)[:0], &in)
+	defer func() {
+		clear(sels) // drop references to subjects and configs
+		*buf = sels[:0]
+		selections.Put(buf)
+	}()
+	*res = Result{Allowed: true, Results: res.Results[:0]}
 	for _, sel := range sels {
-		rr := e.decide(ctx, g, sel, req)
-		res.Results = append(res.Results, rr)
+		res.Results = append(res.Results, RuleResult{})
+		rr := &res.Results[len(res.Results)-1]
+		e.decide(ctx, g, sel, req, rr)
 		if rr.Shadow || rr.Allowed {
 			continue
 		}
@@ -507,36 +525,39 @@ func (e *Engine) check(ctx context.Context, req *CheckRequest) Result {
 		e.refund(ctx, g, sels, res.Results, req)
 		break
 	}
-	return res
 }
 
-func (e *Engine) decide(ctx context.Context, g *generation, sel rules.Selection, req *CheckRequest) RuleResult {
+func (e *Engine) decide(ctx context.Context, g *generation, sel rules.Selection, req *CheckRequest, rr *RuleResult) {
 	rule := sel.Rule
-	rr := RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow}
+	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow}
 	if sel.Err != nil {
-		e.degrade(&rr, sel, req, sel.Err)
-		return rr
+		e.degrade(rr, sel, req, sel.Err)
+		return
 	}
-	var denyKey string
+	var key, denyKey string // the rule and subject's key in the local caches
+	leased := leaseable(rule, req)
+	if leased || (rule.DenyCache && req.Hits > 0 && !req.BestEffort) {
+		key = local.Key(rule.Name, sel.Subject)
+	}
 	if rule.DenyCache && req.Hits > 0 && !req.BestEffort {
-		denyKey = local.Key(rule.Name, sel.Subject)
+		denyKey = key
 		if d, ok := e.deny.Get(denyKey, req.Hits); ok {
 			rr.Decision, rr.cached = d, true
-			return rr
+			return
 		}
 	}
 	var d sdk.Decision
 	var err error
-	if leaseable(rule, req) {
-		d, err = e.decideLeased(ctx, g.plugins[rule.Plugin], sel, req)
+	if leased {
+		d, err = e.decideLeased(ctx, g.plugins[rule.Plugin], key, sel, req)
 	} else {
 		p := g.plugins[rule.Plugin]
 		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
 		d, err = safeDecide(ctx, p, rule.Name, sel.Config, sreq)
 	}
 	if err != nil {
-		e.degrade(&rr, sel, req, err)
-		return rr
+		e.degrade(rr, sel, req, err)
+		return
 	}
 	if e.localInUse.Load() && e.localInUse.CompareAndSwap(true, false) {
 		e.local.Reset() // Redis answers again and holds the truth
@@ -545,7 +566,6 @@ func (e *Engine) decide(ctx context.Context, g *generation, sel rules.Selection,
 	if denyKey != "" && !d.Allowed {
 		e.deny.Put(denyKey, req.Hits, d)
 	}
-	return rr
 }
 
 // safeDecide runs a plugin's Decide and turns a panic into an error, so that

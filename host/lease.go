@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ruled-dev/ruled/host/local"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
 )
@@ -107,9 +106,9 @@ func leaseable(rule *rules.Rule, req *CheckRequest) bool {
 // lease from Redis (lease permits, best effort, in one call) when it cannot.
 // The lease's lock is held across a refill, so that concurrent requests for
 // one subject wait for one refill instead of each taking a lease.
-func (e *Engine) decideLeased(ctx context.Context, p *plugin, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
+func (e *Engine) decideLeased(ctx context.Context, p *plugin, key string, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
 	rule := sel.Rule
-	l := e.leases.get(local.Key(rule.Name, sel.Subject))
+	l := e.leases.get(key)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()

@@ -88,8 +88,11 @@ func BenchmarkCheckLeased(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
+		var req host.CheckRequest
+		var res host.Result
 		for pb.Next() {
-			if res := e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: ips[i%len(ips)]}, Hits: 1}); !res.Allowed {
+			req = host.CheckRequest{Request: host.Request{IP: ips[i%len(ips)]}, Hits: 1}
+			if e.CheckInto(context.Background(), &req, &res); !res.Allowed {
 				b.Errorf("denied: %+v", res)
 				return
 			}

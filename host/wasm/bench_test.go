@@ -18,10 +18,13 @@ import (
 func BenchmarkDecide(b *testing.B) {
 	raw := map[string]any{"limit": 1 << 40, "window": "1h"}
 	w := shared(b, "bench-"+fixedwindow.Name, pluginPkg(fixedwindow.Name), wasm.Options{})
+	// The same module with the sandbox's interruptibility off, to show what
+	// it costs (wazero calls back into Go at every loop iteration).
+	u := shared(b, "bench-uninterruptible-"+fixedwindow.Name, pluginPkg(fixedwindow.Name), wasm.Uninterruptible(wasm.Options{}))
 	algs := []struct {
 		name string
 		alg  sdk.Algorithm
-	}{{"native", fixedwindow.New()}, {"wasm", w}}
+	}{{"native", fixedwindow.New()}, {"wasm", w}, {"wasm-uninterruptible", u}}
 	stub := &stubHost{reply: sdk.IntsReply(1, 1, 1<<40, 1<<40-1, 3600e6, 0)}
 	env := plugintest.NewEnv(b)
 	c := env.Capability()

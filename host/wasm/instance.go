@@ -196,10 +196,10 @@ func (f firstLine) Unwrap() error { return f.err }
 func (in *instance) configure(ctx context.Context, id uint64, msg []byte) ([]string, error) {
 	in.begin(nil)
 	defer in.end()
-	return in.configureLocked(ctx, id, msg)
+	return in.configureInCall(ctx, id, msg)
 }
 
-func (in *instance) configureLocked(ctx context.Context, id uint64, msg []byte) ([]string, error) {
+func (in *instance) configureInCall(ctx context.Context, id uint64, msg []byte) ([]string, error) {
 	out, err := in.call(ctx, in.fnConfigure, abi.ExportConfigure, msg)
 	if err != nil {
 		return nil, err
@@ -224,7 +224,7 @@ func (in *instance) decide(ctx context.Context, h sdk.Host, id uint64, r *sdk.Re
 		if !live {
 			return sdk.Decision{}, fmt.Errorf("wasm plugin %s: config %d is no longer in use", in.p.name(), id)
 		}
-		problems, err := in.configureLocked(ctx, id, msg)
+		problems, err := in.configureInCall(ctx, id, msg)
 		if err != nil {
 			return sdk.Decision{}, err
 		}

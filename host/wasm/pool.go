@@ -52,7 +52,9 @@ func (pl *pool) tryGet() (*instance, error) {
 }
 
 // get returns an idle instance, creates one if the pool has room, or waits
-// for one until ctx is done.
+// for one until ctx is done. Creating an instance is bounded by its own
+// start-up time-out rather than by ctx, so that a caller in a hurry does not
+// waste the work: the new instance serves the next call either way.
 func (pl *pool) get(ctx context.Context) (*instance, error) {
 	if in, err := pl.tryGet(); in != nil || err != nil {
 		return in, err
@@ -65,7 +67,7 @@ func (pl *pool) get(ctx context.Context) (*instance, error) {
 			<-pl.slots
 			return nil, ErrClosed
 		}
-		in, err := pl.p.newInstance(ctx)
+		in, err := pl.p.newInstance(context.WithoutCancel(ctx))
 		if err != nil {
 			<-pl.slots
 			return nil, err

@@ -106,7 +106,9 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 	runtime.GC()
 	baseline := runtime.NumGoroutine()
 
-	p, err := wasm.Load(context.Background(), module(t, hostilePkg), hostileOptions(&logRecorder{}))
+	opts := hostileOptions(&logRecorder{})
+	opts.CacheDir = cacheDir
+	p, err := wasm.Load(context.Background(), module(t, hostilePkg), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,8 @@ type Options struct {
 	// stderr. Default slog.Default().
 	Logger *slog.Logger
 
-	interpreter bool // Inspect: no machine code, a faster start
+	interpreter     bool // Inspect: no machine code, a faster start
+	uninterruptible bool // tests only: measures what interruptibility costs
 }
 
 func (o *Options) fill() {
@@ -123,9 +124,15 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wasm: %w", err)
 	}
-	p, err := load(ctx, path, bin, opts)
+	return LoadBytes(ctx, path, bin, opts)
+}
+
+// LoadBytes is Load for a module already in memory, such as one whose
+// checksum the caller verified; name stands for its path in errors.
+func LoadBytes(ctx context.Context, name string, bin []byte, opts Options) (*Plugin, error) {
+	p, err := load(ctx, name, bin, opts)
 	if err != nil {
-		return nil, fmt.Errorf("wasm: %s: %w", path, err)
+		return nil, fmt.Errorf("wasm: %s: %w", name, err)
 	}
 	return p, nil
 }
@@ -155,7 +162,7 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 	if opts.interpreter {
 		rc = wazero.NewRuntimeConfigInterpreter()
 	}
-	rc = rc.WithCloseOnContextDone(true).WithMemoryLimitPages(opts.MemoryLimitPages)
+	rc = rc.WithCloseOnContextDone(!opts.uninterruptible).WithMemoryLimitPages(opts.MemoryLimitPages)
 	if opts.CacheDir != "" {
 		if p.cache, err = wazero.NewCompilationCacheWithDir(opts.CacheDir); err != nil {
 			return nil, fmt.Errorf("compilation cache: %w", err)
@@ -243,7 +250,8 @@ func (p *Plugin) Info() sdk.Info {
 	return info
 }
 
-// Path returns the file the plugin was loaded from.
+// Path returns the file the plugin was loaded from (the name given to
+// LoadBytes).
 func (p *Plugin) Path() string { return p.path }
 
 // config is the sdk.Config the host hands out: an id the guest knows the
@@ -263,13 +271,15 @@ func (p *Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wasm plugin %s: %w", p.info.Name, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.opts.CallTimeout)
-	defer cancel()
-	in, err := p.pool.get(ctx)
+	wctx, cancel := context.WithTimeout(context.Background(), p.opts.CallTimeout)
+	in, err := p.pool.get(wctx)
+	cancel()
 	if err != nil {
 		return nil, p.errorf("configure", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.CallTimeout)
 	problems, err := in.configure(ctx, id, msg)
+	cancel()
 	p.pool.put(in)
 	if err != nil {
 		return nil, err
@@ -331,6 +341,10 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 		cancel()
 	}
 	if err != nil {
+		return sdk.Decision{}, p.errorf("decide", err)
+	}
+	if err := ctx.Err(); err != nil { // done while a new instance started
+		p.pool.put(in)
 		return sdk.Decision{}, p.errorf("decide", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
@@ -405,6 +419,7 @@ type CallError struct {
 	Detail string
 }
 
+// Error describes the failure, with the guest's detail if any.
 func (e *CallError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "wasm plugin %s: %s: %v", e.Plugin, e.Func, e.Err)

@@ -1,0 +1,115 @@
+package process_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/host/process"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+	"github.com/ruled-dev/ruled/plugins/leaky"
+	"github.com/ruled-dev/ruled/plugins/rolling"
+	"github.com/ruled-dev/ruled/plugins/sortedset"
+	"github.com/ruled-dev/ruled/plugins/tokenbucket"
+	"github.com/ruled-dev/ruled/sdk"
+	"github.com/ruled-dev/ruled/sdk/plugintest"
+)
+
+// builtinCase is a built-in algorithm with its reference model and one
+// sequence both drivers must agree on.
+type builtinCase struct {
+	model func(sdk.Config) plugintest.Model // takes the native config
+	raw   map[string]any
+	opts  plugintest.StepOptions
+}
+
+var builtinCases = map[string]builtinCase{
+	fixedwindow.Name: {func(c sdk.Config) plugintest.Model { return fixedwindow.NewModel(c.(fixedwindow.Config)) },
+		map[string]any{"limit": 7, "window": "500ms", "offset": "1us"},
+		plugintest.StepOptions{Subjects: 2, MaxAdvance: 90 * time.Millisecond, MinHits: -2, MaxHits: 5, Dedup: 0.4, BestEffort: 0.3}},
+	rolling.Name: {func(c sdk.Config) plugintest.Model { return rolling.NewModel(c.(rolling.Config)) },
+		map[string]any{"limit": 7, "window": "500ms", "buckets": 5},
+		plugintest.StepOptions{Subjects: 2, MaxAdvance: 90 * time.Millisecond, MinHits: -3, MaxHits: 5, Dedup: 0.4, BestEffort: 0.3}},
+	tokenbucket.Name: {func(c sdk.Config) plugintest.Model { return tokenbucket.NewModel(c.(tokenbucket.Config)) },
+		map[string]any{"rate": 3, "per": "1.3s", "burst": 5},
+		plugintest.StepOptions{Subjects: 3, MaxAdvance: 500 * time.Millisecond, MinHits: -1, MaxHits: 4, BestEffort: 0.3}},
+	leaky.Name: {func(c sdk.Config) plugintest.Model { return leaky.NewModel(c.(leaky.Config)) },
+		map[string]any{"capacity": 6, "rate": 3, "per": "1000003us", "mode": "shape"},
+		plugintest.StepOptions{Subjects: 2, MaxAdvance: 500 * time.Millisecond, MinHits: -1, MaxHits: 3, BestEffort: 0.3}},
+	sortedset.Name: {func(c sdk.Config) plugintest.Model { return sortedset.NewModel(c.(sortedset.Config)) },
+		map[string]any{"limit": 3, "window": "1500001us", "count_denied": true,
+			"also": []any{map[string]any{"limit": 12, "window": "10s"}, map[string]any{"limit": 2, "window": "100ms"}}},
+		plugintest.StepOptions{Subjects: 2, MaxAdvance: 900 * time.Millisecond, MinHits: -2, MaxHits: 4, BestEffort: 0.3}},
+}
+
+// builtinProcess starts the built-in plugin name as a process plugin.
+func builtinProcess(tb testing.TB, name string) *process.Plugin {
+	tb.Helper()
+	return load(tb, binary(tb, builtinPkg), process.Options{Env: []string{"RULED_TEST_PLUGIN=" + name}})
+}
+
+// TestBuiltinsConformAsProcesses runs every built-in as a process plugin
+// through the conformance kit, and step by step against the native plugin
+// on the same Redis and clock: every decision must be identical.
+func TestBuiltinsConformAsProcesses(t *testing.T) {
+	env := plugintest.NewEnv(t)
+	for _, native := range builtin.All() {
+		name := native.Info().Name
+		t.Run(name, func(t *testing.T) {
+			tc, ok := builtinCases[name]
+			if !ok {
+				t.Fatalf("built-in %s has no conformance case in this test", name)
+			}
+			p := builtinProcess(t, name)
+			if got, want := p.Info(), native.Info(); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("Info differs:\nprocess %+v\nnative  %+v", got, want)
+			}
+			steps := plugintest.RandomSteps(rand.New(rand.NewPCG(11, uint64(len(name)))), 300, tc.opts)
+			model := func(sdk.Config) plugintest.Model { return tc.model(plugintest.Configure(t, native, tc.raw)) }
+			env.Conform(t, p, tc.raw, model, steps)
+			sameDecisions(t, env, native, p, tc.raw, steps)
+		})
+	}
+}
+
+// sameDecisions runs steps through both algorithms, each under its own
+// rule (so its own keys), and fails at the first difference.
+func sameDecisions(t *testing.T, env *plugintest.Env, native, other sdk.Algorithm, raw map[string]any, steps []plugintest.Step) {
+	t.Helper()
+	nc, oc := plugintest.Configure(t, native, raw), plugintest.Configure(t, other, raw)
+	c := env.Capability()
+	np, op := plugintest.Register(t, c, native), plugintest.Register(t, c, other)
+	rule := fmt.Sprintf("same-%d", rand.Int64())
+	ctx := context.Background()
+	for i, s := range steps {
+		env.Clock.Advance(s.Advance)
+		dn, errN := native.Decide(ctx, np.Host(rule+"-n", s.Req.Subject), nc, s.Req)
+		do, errO := other.Decide(ctx, op.Host(rule+"-p", s.Req.Subject), oc, s.Req)
+		if dn != do || (errN == nil) != (errO == nil) {
+			t.Fatalf("step %d (%v):\nnative  %+v %v\nprocess %+v %v", i, s, dn, errN, do, errO)
+		}
+	}
+}
+
+// TestConfigErrorsMatchNative checks that a process plugin reports the same
+// problems, one error each, as the native one.
+func TestConfigErrorsMatchNative(t *testing.T) {
+	p := builtinProcess(t, sortedset.Name)
+	for _, raw := range []map[string]any{
+		{},
+		{"limit": 0, "window": "1s", "min_gap": "x"},
+		{"limit": 1, "window": "1s", "also": []any{map[string]any{"limit": -1}}, "typo": 1},
+	} {
+		_, errN := sortedset.New().Configure(raw)
+		_, errP := p.Configure(raw)
+		if errN == nil || errP == nil || errN.Error() != errP.Error() {
+			t.Errorf("%v:\nnative  %v\nprocess %v", raw, errN, errP)
+		}
+		if j, ok := errP.(interface{ Unwrap() []error }); !ok || len(j.Unwrap()) < 1 {
+			t.Errorf("%v: process error is not a list of problems: %#v", raw, errP)
+		}
+	}
+}
