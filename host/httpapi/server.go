@@ -128,7 +128,14 @@ func (s *Server) respondCheck(w http.ResponseWriter, res *host.Result) {
 		status = http.StatusTooManyRequests
 	}
 	SetRateLimitHeaders(w.Header(), res)
-	writeJSON(w, status, encodeResult(res))
+	buf := answerBuffers.Get().(*[]byte)
+	*buf = appendResult((*buf)[:0], res)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(*buf)
+	if cap(*buf) <= 64<<10 {
+		answerBuffers.Put(buf)
+	}
 }
 
 // Error is the body of every 4xx answer: {"error": {"code": ..., "message": ...}}.

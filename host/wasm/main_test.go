@@ -15,10 +15,11 @@ import (
 )
 
 // Test modules are built once per test binary into a temporary directory
-// (Go's build cache makes rebuilds cheap), and compiled machine code is kept
-// between runs in a cache directory ($RULED_WASM_TEST_CACHE, default under
-// the user's cache directory), so that only the first run pays wazero's
-// compilation (seconds per module on a small machine).
+// (Go's build cache makes rebuilds cheap), and loaded with a compilation
+// cache shared by the test binary, so that each module is compiled to
+// machine code once per run (seconds per module on a small machine).
+// $RULED_WASM_TEST_CACHE names a cache directory to keep between runs
+// instead; it grows with every changed module.
 var (
 	buildDir string
 	cacheDir string
@@ -48,11 +49,7 @@ func TestMain(m *testing.M) {
 	buildDir = dir
 	cacheDir = os.Getenv("RULED_WASM_TEST_CACHE")
 	if cacheDir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		cacheDir = filepath.Join(base, "ruled", "wasm-test")
+		cacheDir = filepath.Join(dir, "cache")
 	}
 	code := m.Run()
 	loads.Range(func(_, v any) bool {

@@ -78,6 +78,7 @@ const MinReplyCap = 256
 // ImportTakeReply, is a Status.
 func IsStatus(r int64) bool { return r < 0 && r >= -255 }
 
+// String names the status.
 func (s Status) String() string {
 	switch s {
 	case StatusBadPointer:
@@ -110,4 +111,5 @@ type Error struct {
 	Message string
 }
 
+// Error returns the message.
 func (e *Error) Error() string { return e.Message }

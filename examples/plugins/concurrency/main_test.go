@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/examples/plugins/concurrency/limiter"
+	"github.com/ruled-dev/ruled/host/process"
+	"github.com/ruled-dev/ruled/sdk"
+	"github.com/ruled-dev/ruled/sdk/plugintest"
+)
+
+// The plugin executable is built once per test binary.
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ruled-concurrency-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "concurrency")
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// start builds this package (once) and starts it as ruled does.
+func start(tb testing.TB) *process.Plugin {
+	tb.Helper()
+	buildOnce.Do(func() {
+		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	p, err := process.Load(context.Background(), binPath, process.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+// randomSteps draws acquires, peeks and releases of a few lease ids.
+func randomSteps(seed uint64, n int) []plugintest.Step {
+	return plugintest.RandomSteps(rand.New(rand.NewPCG(seed, 7)), n, plugintest.StepOptions{Subjects: 2,
+		MaxAdvance: 120 * time.Millisecond, MinHits: -1, MaxHits: 1, Dedup: 1})
+}
+
+// TestConformsAsAProcess runs the limiter, built as a process plugin and
+// started as ruled starts it, through the conformance kit against the
+// reference model, and step by step against the native algorithm.
+func TestConformsAsAProcess(t *testing.T) {
+	p := start(t)
+	env := plugintest.NewEnv(t)
+	raw := map[string]any{"limit": 3, "ttl": "300ms"}
+	native := limiter.New()
+	model := func(c sdk.Config) plugintest.Model {
+		return limiter.NewModel(plugintest.Configure(t, native, raw).(limiter.Config))
+	}
+	steps := randomSteps(3, 500)
+	env.Conform(t, p, raw, model, steps)
+
+	nc, pc := plugintest.Configure(t, native, raw), plugintest.Configure(t, p, raw)
+	c := env.Capability()
+	nr, pr := plugintest.Register(t, c, native), plugintest.Register(t, c, p)
+	for i, s := range steps {
+		env.Clock.Advance(s.Advance)
+		dn, errN := native.Decide(context.Background(), nr.Host("native", s.Req.Subject), nc, s.Req)
+		dp, errP := p.Decide(context.Background(), pr.Host("process", s.Req.Subject), pc, s.Req)
+		if dn != dp || (errN == nil) != (errP == nil) {
+			t.Fatalf("step %d (%v):\nnative  %+v %v\nprocess %+v %v", i, s, dn, errN, dp, errP)
+		}
+	}
+}
+
+// BenchmarkDecide measures one acquire-and-release pair natively and
+// through the process driver, against a real redis-server.
+func BenchmarkDecide(b *testing.B) {
+	env := plugintest.NewEnv(b)
+	c := env.Capability()
+	raw := map[string]any{"limit": 1 << 20, "ttl": "1m"}
+	for _, a := range []struct {
+		name string
+		alg  sdk.Algorithm
+	}{{"native", limiter.New()}, {"process", start(b)}} {
+		cfg := plugintest.Configure(b, a.alg, raw)
+		reg := plugintest.Register(b, c, a.alg)
+		b.Run(a.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				h := reg.Host("bench", "subject")
+				id := fmt.Sprint(rand.Int64())
+				for pb.Next() {
+					for _, hits := range []int64{1, -1} {
+						if _, err := a.alg.Decide(context.Background(), h, cfg, sdk.Request{Subject: "subject", Hits: hits, DedupID: id}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+			})
+		})
+	}
+}
