@@ -18,6 +18,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -80,12 +82,21 @@ type result struct {
 	latencies []time.Duration
 	calls     int64 // Redis script calls during the scenario
 	errors    int64
+	fixed     [3]time.Duration // p50, p99, p999 when measured elsewhere (wrk)
 }
 
 func (r *result) rate() float64 { return float64(r.decisions) / r.elapsed.Seconds() }
 
 func (r *result) percentile(p float64) time.Duration {
 	if len(r.latencies) == 0 {
+		switch p {
+		case 0.50:
+			return r.fixed[0]
+		case 0.99:
+			return r.fixed[1]
+		case 0.999:
+			return r.fixed[2]
+		}
 		return 0
 	}
 	slices.Sort(r.latencies)
@@ -216,8 +227,67 @@ func run(duration time.Duration, conc, subjects int, redisURL, only string) erro
 			return nil
 		})
 	}
+	if want("http-wrk") {
+		before := scriptCalls(ctx, client)
+		r, err := runWrk(ctx, newEngine, duration, conc, log)
+		if r != nil {
+			r.calls = scriptCalls(ctx, client) - before
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "http-wrk skipped:", err)
+		} else {
+			results = append(results, r)
+			fmt.Fprintf(os.Stderr, "%-28s %10.0f/s\n", r.name, r.rate())
+		}
+	}
 	report(os.Stdout, results, conc, duration)
 	return nil
+}
+
+// runWrk drives POST /v1/check with wrk (Debian's wrk package), a load
+// generator much lighter than Go's HTTP client, with bench/wrk.lua.
+func runWrk(ctx context.Context, newEngine func(bool) (*host.Engine, error), d time.Duration, conc int, log *slog.Logger) (*result, error) {
+	bin, err := exec.LookPath("wrk")
+	if err != nil {
+		return nil, errors.New("wrk not installed (apt-get install wrk)")
+	}
+	script, err := filepath.Abs("bench/wrk.lua")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(script); err != nil {
+		return nil, fmt.Errorf("run from the repository root: %w", err)
+	}
+	e, err := newEngine(true)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: httpapi.New(httpapi.Options{Checker: e, Logger: log})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	out, err := exec.CommandContext(ctx, bin, "-t", "2", "-c", strconv.Itoa(conc), "-d", fmt.Sprintf("%ds", max(1, int(d.Seconds()))),
+		"-s", script, "http://"+ln.Addr().String()+"/v1/check").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 7 || f[0] != "RESULT" {
+			continue
+		}
+		v := make([]int64, 6)
+		for i := range v {
+			v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+		}
+		us := func(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+		return &result{name: "http-wrk", decisions: v[0], elapsed: us(v[1]), errors: v[5],
+			fixed: [3]time.Duration{us(v[2]), us(v[3]), us(v[4])}}, nil
+	}
+	return nil, fmt.Errorf("no RESULT line in wrk's output: %s", out)
 }
 
 // scriptSource is the fixed-window plugin's script.
