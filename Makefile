@@ -5,20 +5,33 @@ RULES     ?= examples/rules
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: run test deps build lint fmt bench plugins bench-go
+.PHONY: run test deps build lint fmt bench plugins bench-go fuzz
+
+# FUZZ lists package:target pairs that `make fuzz` runs for FUZZTIME each.
+FUZZ      := host/httpapi:FuzzCheckBody host/httpapi:FuzzAuthHeaders host/httpapi:FuzzAppendString sdk/abi:FuzzDecoders
+FUZZTIME  ?= 10s
 
 ## run: install redis-server if missing, then serve examples/rules on 127.0.0.1:8080
-run: deps build
+run: build
+	@./scripts/deps.sh run
 	./bin/ruled serve --rules $(RULES) --listen $(LISTEN)
 
-## test: install redis-server if missing, then vet, format check and the race-enabled tests
-test: deps
+## test: install redis-server, nginx and chromium if missing, then vet, format check and the race-enabled tests
+test:
+	@./scripts/deps.sh test
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 deps:
-	@./scripts/deps.sh
+	@./scripts/deps.sh test
+
+## fuzz: run every fuzz target briefly (FUZZTIME each); CI runs it
+fuzz:
+	@for f in $(FUZZ); do pkg=$${f%%:*}; fn=$${f##*:}; \
+		echo "go test -run '^$$' -fuzz '^$$fn$$' -fuzztime $(FUZZTIME) ./$$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
+	done
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ruled ./cmd/ruled
@@ -40,9 +53,11 @@ fmt:
 	gofmt -w .
 
 ## bench: the load harness (raw Redis ceiling, engine, HTTP) against a private redis-server
-bench: deps
+bench:
+	@./scripts/deps.sh bench
 	$(GO) run ./bench -duration 5s -concurrency 64
 
 ## bench-go: Go benchmarks of every layer against a real redis-server
-bench-go: deps
+bench-go:
+	@./scripts/deps.sh run
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...

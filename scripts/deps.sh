@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Installs what ruled and its tests need on a Debian or Ubuntu machine:
-# redis-server (the managed store and the test harness), nginx (the
-# end-to-end test of examples/proxies/nginx) and chromium (the headless test
-# of the status page, host/ui). Idempotent.
+# Installs what ruled needs on a Debian or Ubuntu machine. Idempotent.
+#
+#   scripts/deps.sh run     redis-server (the managed store)
+#   scripts/deps.sh test    also nginx (the end-to-end test of
+#                           examples/proxies/nginx) and chromium (the
+#                           headless test of the status page, host/ui)
+#   scripts/deps.sh bench   redis-server and wrk (the load harness)
 set -euo pipefail
+mode=${1:-test}
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
-# Debian puts nginx in /usr/sbin, which is not on every user's PATH.
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
-command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+if [ "$mode" = test ]; then
+  # Debian puts nginx in /usr/sbin, which is not on every user's PATH.
+  command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+fi
+if [ "$mode" = bench ]; then
+  command -v wrk >/dev/null 2>&1 || need+=(wrk)
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "ruled needs ${need[*]}: install them with your package manager (macOS: brew install redis nginx; brew install --cask chromium)" >&2
