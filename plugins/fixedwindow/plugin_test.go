@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -186,31 +185,7 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	})
-	reportRedisTime(b, client)
-}
-
-// reportRedisTime reports Redis's own time per script call (INFO
-// commandstats, reset before the timed part), which a busy client machine
-// distorts far less than ns/op.
-func reportRedisTime(b *testing.B, client *redis.Client) {
-	info, err := client.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
-			continue
-		}
-		for _, kv := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
-			if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
-				if f, err := strconv.ParseFloat(v, 64); err == nil {
-					b.ReportMetric(f, "redis-µs/call")
-					return
-				}
-			}
-		}
-	}
-	b.Fatalf("no EVALSHA statistics in %q", info)
+	plugintest.ReportRedisTime(b, client)
 }
 
 func TestDedupRecordsDoNotOutliveTheirWindow(t *testing.T) {

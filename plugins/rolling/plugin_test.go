@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -436,7 +435,7 @@ func TestModelForgetsIdleSubjects(t *testing.T) {
 func TestDeclaredCommandsSuffice(t *testing.T) {
 	env := plugintest.NewEnv(t)
 	alg := rolling.New()
-	p := aclCapability(t, env, alg)
+	p := env.RegisterIsolated(t, alg)
 	cfg := plugintest.Configure(t, alg, map[string]any{"limit": 20, "window": "1s", "buckets": 100})
 	model := rolling.NewModel(cfg.(rolling.Config))
 	rng := rand.New(rand.NewPCG(21, 22))
@@ -532,51 +531,7 @@ func BenchmarkDecide(b *testing.B) {
 					}
 				}
 			})
-			reportRedisTime(b, client)
+			plugintest.ReportRedisTime(b, client)
 		})
 	}
-}
-
-// aclCapability returns a capability whose Redis user may run exactly the
-// commands alg declares (plus EVALSHA, EVAL and the prelude's TIME) on the
-// plugin's own keys, as ruled sets up on a managed Redis.
-func aclCapability(t *testing.T, env *plugintest.Env, alg sdk.Algorithm) *capability.Plugin {
-	t.Helper()
-	info := alg.Info()
-	rules := []any{"ACL", "SETUSER", info.Name, "reset", "on", ">pw", "~ruled:" + info.Name + ":*", "+evalsha", "+eval", "+time"}
-	for _, s := range info.Scripts {
-		for _, c := range s.Commands {
-			rules = append(rules, "+"+strings.ToLower(c))
-		}
-	}
-	if err := env.Redis.Client().Do(context.Background(), rules...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	client := redis.NewClient(&redis.Options{Addr: env.Redis.Addr(), Username: info.Name, Password: "pw"})
-	t.Cleanup(func() { _ = client.Close() })
-	return plugintest.Register(t, capability.New(client, capability.Options{Timeout: 5 * time.Second, Clock: env.Clock.Now}), alg)
-}
-
-// reportRedisTime reports Redis's own time per script call (INFO
-// commandstats, reset before the timed part), which a busy client machine
-// distorts far less than ns/op.
-func reportRedisTime(b *testing.B, client *redis.Client) {
-	info, err := client.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
-			continue
-		}
-		for _, kv := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
-			if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
-				if f, err := strconv.ParseFloat(v, 64); err == nil {
-					b.ReportMetric(f, "redis-µs/call")
-					return
-				}
-			}
-		}
-	}
-	b.Fatalf("no EVALSHA statistics in %q", info)
 }

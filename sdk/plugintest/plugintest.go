@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,12 +165,20 @@ func RandomSteps(rng *rand.Rand, n int, o StepOptions) []Step {
 }
 
 // Conform runs steps through alg on real Redis and through the model, and
-// fails at the first decision that differs in any field.
+// fails at the first decision that differs in any field. On a standalone
+// Redis the plugin runs isolated (RegisterIsolated).
 func (e *Env) Conform(t testing.TB, alg sdk.Algorithm, raw map[string]any, newModel func(sdk.Config) Model, steps []Step) {
 	t.Helper()
 	cfg := Configure(t, alg, raw)
 	model := newModel(cfg)
-	plugin := Register(t, e.Capability(), alg)
+	// On a standalone Redis the plugin runs as its own ACL user, as in
+	// ruled: a command missing from its declaration fails the run.
+	var plugin *capability.Plugin
+	if e.Redis != nil {
+		plugin = e.RegisterIsolated(t, alg)
+	} else {
+		plugin = Register(t, e.Capability(), alg)
+	}
 	rule := fmt.Sprintf("conform-%d", rand.Int64())
 	ctx := context.Background()
 	for i, s := range steps {
@@ -243,4 +252,62 @@ func Replay(model Model, nowUS int64, n int, req sdk.Request) int64 {
 		}
 	}
 	return total
+}
+
+// IsolatedCapability is Capability with per-plugin isolation on, as ruled
+// runs on a Redis where it may create ACL users: each plugin registered on it
+// runs its scripts as its own Redis user, allowed its own keys and exactly
+// the commands it declares. A plugin that passes its tests through it
+// declares every command it needs.
+func (e *Env) IsolatedCapability() *capability.Capability {
+	e.tb.Helper()
+	if e.Redis == nil {
+		e.tb.Fatal("plugintest: IsolatedCapability needs a standalone Env")
+	}
+	client := redis.NewClient(&redis.Options{Addr: e.Redis.Addr(), ContextTimeoutEnabled: true})
+	e.tb.Cleanup(func() { _ = client.Close() })
+	iso := &capability.Isolation{ClientAs: func(user, pass string) (redis.UniversalClient, error) {
+		c := redis.NewClient(&redis.Options{Addr: e.Redis.Addr(), Username: user, Password: pass, ContextTimeoutEnabled: true})
+		e.tb.Cleanup(func() { _ = c.Close() })
+		return c, nil
+	}}
+	return capability.New(client, capability.Options{Timeout: 5 * time.Second, Clock: e.Clock.Now, Isolation: iso})
+}
+
+// RegisterIsolated registers alg on an IsolatedCapability and fails the
+// test unless the plugin really is isolated.
+func (e *Env) RegisterIsolated(tb testing.TB, alg sdk.Algorithm) *capability.Plugin {
+	tb.Helper()
+	p := Register(tb, e.IsolatedCapability(), alg)
+	if !p.Isolated() {
+		tb.Fatalf("plugin %s is not isolated", alg.Info().Name)
+	}
+	return p
+}
+
+// ReportRedisTime reports Redis's own time per EVALSHA (INFO commandstats)
+// as the benchmark metric redis-µs/call: a busy client machine distorts it
+// far less than ns/op. Reset the statistics (CONFIG RESETSTAT) before the
+// timed part.
+func ReportRedisTime(b *testing.B, client redis.UniversalClient) {
+	b.Helper()
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					b.ReportMetric(f, "redis-µs/call")
+					return
+				}
+			}
+		}
+	}
+	b.Fatalf("no EVALSHA statistics in %q", info)
 }
