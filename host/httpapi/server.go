@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"sync"
 
 	"github.com/ruled-dev/ruled/host"
 )
@@ -114,9 +115,25 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr)
 		return
 	}
+	if ci, ok := s.check.(intoChecker); ok {
+		res := results.Get().(*host.Result)
+		ci.CheckInto(r.Context(), req, res)
+		s.respondCheck(w, res)
+		clear(res.Results) // keep no subjects or errors alive in the pool
+		results.Put(res)
+		return
+	}
 	res := s.check.Check(r.Context(), req)
 	s.respondCheck(w, &res)
 }
+
+// intoChecker is a Checker that can fill a caller's Result (*host.Engine):
+// the handler then reuses Results from a pool.
+type intoChecker interface {
+	CheckInto(ctx context.Context, req *host.CheckRequest, res *host.Result)
+}
+
+var results = sync.Pool{New: func() any { return new(host.Result) }}
 
 // respondCheck writes a check answer: 200, 429 or 503 with the headers.
 func (s *Server) respondCheck(w http.ResponseWriter, res *host.Result) {
