@@ -162,10 +162,10 @@ func (c *Capability) scripterFor(client redis.UniversalClient) redis.Scripter {
 		return client
 	}
 	type autoPipeliner interface {
-		AutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
+		AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
 	}
 	if ap, ok := client.(autoPipeliner); ok {
-		p, err := ap.AutoPipelineWithOptions(c.pipeline)
+		p, err := ap.AsyncAutoPipelineWithOptions(c.pipeline)
 		if err == nil {
 			return p
 		}
@@ -224,7 +224,7 @@ type Plugin struct {
 	cap     *Capability
 	name    string
 	ns      string // "<prefix>:<plugin>:"
-	scripts map[string]*redis.Script
+	scripts map[string]*script
 	log     *slog.Logger
 	// scripter runs the plugin's scripts: as its own ACL user when
 	// isolated, else the capability's shared one.
@@ -242,7 +242,7 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		cap:     c,
 		name:    plugin,
 		ns:      c.prefix + ":" + plugin + ":",
-		scripts: make(map[string]*redis.Script, len(scripts)),
+		scripts: make(map[string]*script, len(scripts)),
 		log:     c.log.With("plugin", plugin),
 	}
 	for _, s := range scripts {
@@ -252,7 +252,8 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		if _, dup := p.scripts[s.Name]; dup {
 			return nil, fmt.Errorf("capability: plugin %s: script %q declared twice", plugin, s.Name)
 		}
-		p.scripts[s.Name] = redis.NewScript(Prelude + s.Source)
+		src := Prelude + s.Source
+		p.scripts[s.Name] = &script{Script: redis.NewScript(src), src: src}
 	}
 	if err := CheckCommands(scripts); err != nil {
 		return nil, fmt.Errorf("capability: plugin %s: %w", plugin, err)
@@ -364,28 +365,41 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	return sdk.NewReply(v), nil
 }
 
-// run runs one script call. A pipelined call waits for its batch, which
-// does not watch ctx, so it runs aside and the caller stops waiting at the
-// deadline; the abandoned call ends by the client's read time-out.
-func (c *Capability) run(ctx context.Context, sc redis.Scripter, s *redis.Script, keys []string, argv []any) (any, error) {
-	if _, pipelined := sc.(*redis.AutoPipeliner); !pipelined {
+// script is a declared script: go-redis's Script (EVALSHA, EVAL on
+// NOSCRIPT) and its source, for the pipelined path.
+type script struct {
+	*redis.Script
+	src string
+}
+
+// run runs one script call. A pipelined call is submitted to the
+// autopipeliner's deferred face and waited for with ctx, so the caller stops
+// waiting at the deadline even though the batch itself does not watch ctx.
+func (c *Capability) run(ctx context.Context, sc redis.Scripter, s *script, keys []string, argv []any) (any, error) {
+	ap, pipelined := sc.(*redis.AutoPipeliner)
+	if !pipelined {
 		return s.Run(ctx, sc, keys, argv...).Result()
 	}
-	type result struct {
-		v   any
-		err error
+	v, err := submit(ctx, ap, "evalsha", s.Hash(), keys, argv)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		v, err = submit(ctx, ap, "eval", s.src, keys, argv)
 	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := s.Run(ctx, sc, keys, argv...).Result()
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	return v, err
+}
+
+// submit queues one EVALSHA or EVAL on the autopipeliner and waits for it.
+func submit(ctx context.Context, ap *redis.AutoPipeliner, cmd, script string, keys []string, argv []any) (any, error) {
+	args := make([]any, 0, 3+len(keys)+len(argv))
+	args = append(args, cmd, script, len(keys))
+	for _, k := range keys {
+		args = append(args, k)
 	}
+	args = append(args, argv...)
+	c := redis.NewCmd(ctx, args...)
+	if err := ap.Submit(ctx, c).WaitContext(ctx); err != nil {
+		return nil, err
+	}
+	return c.Result()
 }
 
 // Reset deletes every key of one rule and subject (found with SCAN on the
