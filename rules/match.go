@@ -274,7 +274,9 @@ func (r *Rule) dynamicConfig(st *evalState) (sdk.Config, error) {
 	raw := d.resolve(vals)
 	res.cfg, res.err = configure(r.alg, raw)
 	if res.err != nil {
-		res.err = &EvalError{Rule: r.Name, Field: "config", Pos: d.pos, Err: res.err}
+		// Not cached: a plugin that is down (a process restarting) would
+		// otherwise keep failing this config after it is back.
+		return nil, &EvalError{Rule: r.Name, Field: "config", Pos: d.pos, Err: res.err}
 	}
 	d.mu.Lock()
 	if len(d.cache) >= maxDynConfigs {

@@ -112,7 +112,6 @@ type checkAnswer struct {
 	allowed bool
 	granted int64
 	retry   string
-	body    string
 }
 
 func postCheck(t *testing.T, url, path string, hits int64, lease string) checkAnswer {
@@ -276,5 +275,28 @@ func TestWrongDigestIsALoadError(t *testing.T) {
 	}
 	if kids := childrenRunning(bin); len(kids) != 0 {
 		t.Fatalf("a plugin with the wrong digest was started: %v", kids)
+	}
+}
+
+// TestExampleRuleFileLoads loads examples/plugins/concurrency/rules.yaml,
+// with the executable where the test built it.
+func TestExampleRuleFileLoads(t *testing.T) {
+	bin := binary(t, concurrencyPkg)
+	src, err := os.ReadFile(filepath.Join(concurrencyPkg, "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const path = "../../../bin/plugins/concurrency"
+	if !strings.Contains(string(src), path) {
+		t.Fatalf("the example no longer declares %s", path)
+	}
+	f := newEngine(t, process.Options{})
+	if err := f.load(t, strings.Replace(string(src), path, bin, 1)); err != nil {
+		t.Fatal(err)
+	}
+	res := f.engine.Check(context.Background(), &host.CheckRequest{Request: host.Request{Headers: map[string]string{"x-api-key": "k"}},
+		Hits: 1, DedupID: "req-1"})
+	if !res.Allowed || len(res.Results) != 1 || res.Results[0].Remaining != 19 || res.Results[0].Degraded != "" {
+		t.Fatalf("%+v", res)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,7 @@ type instance struct {
 	stopped chan struct{}   // closed when ruled stops it
 	info    sdk.Info
 	started time.Time
+	sockDir string // the process's private socket directory
 
 	timeouts atomic.Int32 // calls in a row that ran out of time
 	stopOnce sync.Once
@@ -70,8 +72,14 @@ func (clientPlugin) GRPCClient(done context.Context, b *plugin.GRPCBroker, c *gr
 // start starts a process, connects to it, serves it the Host service and
 // calls Init. The process is stopped again on any error.
 func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
+	// The process's sockets go in a private directory, removed when it
+	// stops: a killed process cannot remove them itself.
+	sockDir, err := os.MkdirTemp("", "ruled-plugin-")
+	if err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
 	cmd := exec.Command(p.path)
-	cmd.Env = append([]string{}, p.opts.Env...)
+	cmd.Env = append(append([]string{}, p.opts.Env...), plugin.EnvUnixSocketDir+"="+sockDir)
 	cmd.SysProcAttr = sysProcAttr()
 	var secure *plugin.SecureConfig
 	if p.checksum != nil {
@@ -93,7 +101,7 @@ func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(pluginrpc.MaxMessage), grpc.MaxCallSendMsgSize(pluginrpc.MaxMessage))},
 	})
-	in := &instance{p: p, client: client, cmd: cmd, stopped: make(chan struct{}), started: time.Now()}
+	in := &instance{p: p, client: client, cmd: cmd, sockDir: sockDir, stopped: make(chan struct{}), started: time.Now()}
 	defer func() {
 		if err != nil {
 			in.stop(stopGrace)
@@ -166,6 +174,7 @@ func (in *instance) stop(grace time.Duration) {
 			in.kill()
 			<-done
 		}
+		_ = os.RemoveAll(in.sockDir)
 	})
 }
 

@@ -31,6 +31,8 @@ const (
 
 // logSink is a plugin's bounded way into the daemon's log.
 type logSink struct {
+	now func() time.Time // time.Now unless a test sets it
+
 	mu     sync.Mutex
 	log    *slog.Logger
 	second int64
@@ -76,7 +78,11 @@ func (s *logSink) emit(h sdk.Host, level slog.Level, msg string, args ...any) {
 	if h == nil && !l.Enabled(context.Background(), level) {
 		return
 	}
-	ok, dropped := s.allow(time.Now())
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	ok, dropped := s.allow(now())
 	if dropped > 0 {
 		l.Warn("dropped plugin log lines over the rate limit", "count", dropped, "limit_per_second", logLinesPerSecond)
 	}
@@ -169,6 +175,11 @@ func (l *hcLogger) Log(level hclog.Level, msg string, args ...any) {
 	all = append(all, "component", l.name)
 	all = append(all, l.args...)
 	all = append(all, args...)
+	for i := 0; i < len(all); i += 2 {
+		if all[i] == "plugin" { // go-plugin's name for the executable; "plugin" is the plugin's name in ruled's log
+			all[i] = "executable"
+		}
+	}
 	l.sink.emit(nil, slogLevel(level), msg, all...)
 }
 

@@ -374,13 +374,6 @@ func (p *Plugin) forget(id uint64) {
 	p.mu.Unlock()
 }
 
-// liveConfigs returns the number of configs in use.
-func (p *Plugin) liveConfigs() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.configs)
-}
-
 // Decide implements sdk.Algorithm. h is the capability the plugin's Host
 // calls go to. The call runs with a deadline of Options.CallTimeout; while
 // the process is down it fails at once.

@@ -1,12 +1,12 @@
 // Command concurrency is the concurrency limiter of package limiter as a
 // ruled process plugin: at most limit requests in flight per subject.
 //
-//	go build -o bin/concurrency ./examples/plugins/concurrency
+//	go build -o bin/plugins/concurrency ./examples/plugins/concurrency
 //
 // and declare it in a rule file (rules.yaml in this directory):
 //
 //	plugins:
-//	  concurrency: {process: ../../../bin/concurrency, sha256: "…"}
+//	  concurrency: {process: ../../../bin/plugins/concurrency, sha256: "…"}
 //
 // Run by hand, it says that it is a plugin and exits.
 package main

@@ -13,15 +13,16 @@ import (
 
 	"github.com/ruled-dev/ruled/examples/plugins/concurrency/limiter"
 	"github.com/ruled-dev/ruled/host/process"
+	"github.com/ruled-dev/ruled/host/wasm"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
-// The plugin executable is built once per test binary.
+// The plugin executable and the Wasm module are built once per test binary.
 var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	buildOnce, wasmOnce sync.Once
+	binPath, wasmPath   string
+	buildErr, wasmErr   error
 )
 
 func TestMain(m *testing.M) {
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binPath = filepath.Join(dir, "concurrency")
+	binPath, wasmPath = filepath.Join(dir, "concurrency"), filepath.Join(dir, "concurrency.wasm")
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
@@ -55,6 +56,21 @@ func start(tb testing.TB) *process.Plugin {
 	return p
 }
 
+// startWasm builds ./wasm (once) and loads it with the Wasm driver.
+func startWasm(tb testing.TB) *wasm.Plugin {
+	tb.Helper()
+	wasmOnce.Do(func() { wasmErr = wasm.Build(context.Background(), "./wasm", wasmPath) })
+	if wasmErr != nil {
+		tb.Fatal(wasmErr)
+	}
+	w, err := wasm.Load(context.Background(), wasmPath, wasm.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = w.Close(context.Background()) })
+	return w
+}
+
 // randomSteps draws acquires, peeks and releases of a few lease ids.
 func randomSteps(seed uint64, n int) []plugintest.Step {
 	return plugintest.RandomSteps(rand.New(rand.NewPCG(seed, 7)), n, plugintest.StepOptions{Subjects: 2,
@@ -64,8 +80,18 @@ func randomSteps(seed uint64, n int) []plugintest.Step {
 // TestConformsAsAProcess runs the limiter, built as a process plugin and
 // started as ruled starts it, through the conformance kit against the
 // reference model, and step by step against the native algorithm.
-func TestConformsAsAProcess(t *testing.T) {
-	p := start(t)
+func TestConformsAsAProcess(t *testing.T) { conform(t, start(t)) }
+
+// TestConformsAsWasm does the same with the limiter built as a Wasm module:
+// one algorithm, three ways to run it.
+func TestConformsAsWasm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiling a Wasm module takes seconds")
+	}
+	conform(t, startWasm(t))
+}
+
+func conform(t *testing.T, p sdk.Algorithm) {
 	env := plugintest.NewEnv(t)
 	raw := map[string]any{"limit": 3, "ttl": "300ms"}
 	native := limiter.New()
@@ -83,21 +109,22 @@ func TestConformsAsAProcess(t *testing.T) {
 		dn, errN := native.Decide(context.Background(), nr.Host("native", s.Req.Subject), nc, s.Req)
 		dp, errP := p.Decide(context.Background(), pr.Host("process", s.Req.Subject), pc, s.Req)
 		if dn != dp || (errN == nil) != (errP == nil) {
-			t.Fatalf("step %d (%v):\nnative  %+v %v\nprocess %+v %v", i, s, dn, errN, dp, errP)
+			t.Fatalf("step %d (%v):\nnative %+v %v\nplugin %+v %v", i, s, dn, errN, dp, errP)
 		}
 	}
 }
 
-// BenchmarkDecide measures one acquire-and-release pair natively and
-// through the process driver, against a real redis-server.
+// BenchmarkDecide measures one acquire-and-release pair (two decisions)
+// natively, through the Wasm driver and through the process driver, from
+// parallel goroutines against a real redis-server.
 func BenchmarkDecide(b *testing.B) {
 	env := plugintest.NewEnv(b)
 	c := env.Capability()
-	raw := map[string]any{"limit": 1 << 20, "ttl": "1m"}
+	raw := map[string]any{"limit": 1_000_000, "ttl": "1m"}
 	for _, a := range []struct {
 		name string
 		alg  sdk.Algorithm
-	}{{"native", limiter.New()}, {"process", start(b)}} {
+	}{{"native", limiter.New()}, {"wasm", startWasm(b)}, {"process", start(b)}} {
 		cfg := plugintest.Configure(b, a.alg, raw)
 		reg := plugintest.Register(b, c, a.alg)
 		b.Run(a.name, func(b *testing.B) {

@@ -6,8 +6,9 @@
 // releases it with hits: -1 and the same id:
 //
 //   - Acquiring is allowed while fewer than limit leases are held. Acquiring
-//     again with an id that holds a lease renews it (its expiry moves to now
-//     + ttl) and takes no other slot: a long request can keep its slot alive.
+//     again with an id that holds a lease renews it (its expiry moves to
+//     ttl from now) and takes no other slot: a long request can keep its
+//     slot alive.
 //   - Releasing frees the lease's slot once; releasing it again, or a lease
 //     that expired, frees nothing (granted is -1 the first time, then 0).
 //   - A lease expires ttl after it was taken or last renewed, so a client

@@ -31,11 +31,11 @@ func TestConfigure(t *testing.T) {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 	for raw, want := range map[string]map[string]any{
-		"limit: required":          {},
-		"limit: must be 1 to":      {"limit": 0},
-		"ttl: must be 1ms to 24h":  {"limit": 1, "ttl": "25h"},
-		"ttl: must be a whole":     {"limit": 1, "ttl": "1500ns"},
-		"typo: unknown field":      {"limit": 1, "typo": 1},
+		"limit: required":           {},
+		"limit: must be 1 to":       {"limit": 0},
+		"ttl: must be 1ms to 24h":   {"limit": 1, "ttl": "25h"},
+		"ttl: must be a whole":      {"limit": 1, "ttl": "1500ns"},
+		"typo: unknown field":       {"limit": 1, "typo": 1},
 		`ttl: want a duration such`: {"limit": 1, "ttl": "soon"},
 	} {
 		if _, err := alg.Configure(want); err == nil || !strings.Contains(err.Error(), raw) {
