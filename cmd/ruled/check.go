@@ -1,10 +1,17 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
 
+	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
@@ -40,13 +47,69 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	set, err := rules.Load(fs.Arg(0), builtinCatalog())
+	set, err := checkRules(fs.Arg(0), slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		printRuleErrors(stderr, err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "ok: %d rules in %s\n", len(set.Rules()), fs.Arg(0))
 	return 0
+}
+
+// checkRules loads the rule files at path against the built-in plugins and
+// the third-party plugins they declare, which it loads as serve does (pins
+// checked, Wasm modules compiled, processes started) and stops again, so
+// that the rules' configs are validated by the plugins themselves.
+func checkRules(path string, log *slog.Logger) (*rules.Set, error) {
+	files, err := rules.Parse(path)
+	if files == nil {
+		return nil, err
+	}
+	cat := builtinCatalog()
+	if len(files.Plugins()) == 0 {
+		return rules.Compile(files, cat)
+	}
+	load := pluginLoader(log, capability.DefaultTimeout, "")
+	var loadErrs rules.ErrorList
+	for _, d := range files.Plugins() {
+		if _, builtin := cat[d.Name]; builtin {
+			loadErrs = append(loadErrs, &rules.Error{Pos: d.Pos, Code: "plugin-load", Message: fmt.Sprintf("plugin %q: the name of a built-in plugin", d.Name)})
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		alg, err := load(ctx, d)
+		cancel()
+		if err != nil {
+			loadErrs = append(loadErrs, &rules.Error{Pos: d.Pos, Code: "plugin-load", Message: fmt.Sprintf("plugin %q: %v", d.Name, err)})
+			continue
+		}
+		defer stopPlugin(alg, log)
+		cat[d.Name] = alg
+	}
+	set, err := rules.Compile(files, cat)
+	if len(loadErrs) == 0 {
+		return set, err
+	}
+	var list rules.ErrorList
+	if !errors.As(err, &list) && err != nil {
+		list = rules.ErrorList{{Code: "load", Message: err.Error()}}
+	}
+	list = append(list, loadErrs...)
+	slices.SortStableFunc(list, func(a, b *rules.Error) int {
+		return cmp.Or(strings.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Column, b.Pos.Column))
+	})
+	return nil, list
+}
+
+// stopPlugin stops a third-party plugin that check loaded.
+func stopPlugin(alg sdk.Algorithm, log *slog.Logger) {
+	if c, ok := alg.(interface{ Close(context.Context) error }); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil {
+			log.Warn("stopping a plugin", "plugin", alg.Info().Name, "err", err)
+		}
+	}
 }
 
 // printRuleErrors prints a load error: one line per positioned error.

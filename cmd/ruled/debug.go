@@ -60,12 +60,13 @@ func loopbackAddr(a net.Addr) bool {
 	return ok && tcp.IP.IsLoopback()
 }
 
-// logPlugins writes one line per plugin as it starts serving and returns
-// the function that writes one line per plugin as it stops.
-func logPlugins(log *slog.Logger, e *host.Engine) (stopped func()) {
+// logPlugins writes one line per built-in plugin as it starts serving on
+// driver (native or wasm) and returns the function that writes one line per
+// plugin as it stops.
+func logPlugins(log *slog.Logger, e *host.Engine, driver string) (stopped func()) {
 	infos := e.PluginInfos()
 	for _, in := range infos {
-		log.Info("plugin started", "plugin", in.Name, "version", in.Version, "driver", "native", "scripts", len(in.Scripts))
+		log.Info("plugin started", "plugin", in.Name, "version", in.Version, "driver", driver, "scripts", len(in.Scripts))
 	}
 	return func() {
 		for _, in := range infos {

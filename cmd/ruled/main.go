@@ -3,6 +3,7 @@
 //	ruled serve   --rules PATH [--listen 127.0.0.1:8080] [--redis URL] ...
 //	ruled check   PATH
 //	ruled eval    --rules PATH --input FILE.json
+//	ruled plugin  build DIR -o FILE.wasm | inspect FILE.wasm
 //	ruled version
 //
 // Every flag also reads an environment variable: --redis-timeout is
@@ -27,6 +28,8 @@ Usage:
   ruled serve --rules PATH [flags]   run the daemon (ruled serve -h lists the flags)
   ruled check PATH                   validate rule files; exit 1 on error
   ruled eval --rules PATH --input F  trace which rules match a /v1/check body (no Redis)
+  ruled plugin build DIR -o F.wasm   build a Go plugin package as a Wasm module
+  ruled plugin inspect F.wasm        print a module's name, version, scripts, commands and sha256
   ruled version                      print the version
 
 PATH is a rule file or a directory of *.yaml files.
@@ -51,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return check(args[1:], stdout, stderr)
 	case "eval":
 		return evalCmd(args[1:], stdout, stderr)
+	case "plugin":
+		return pluginCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "ruled %s\n", version)
 		return 0

@@ -24,7 +24,6 @@ import (
 	"github.com/ruled-dev/ruled/host/metrics"
 	"github.com/ruled-dev/ruled/host/store"
 	"github.com/ruled-dev/ruled/host/ui"
-	"github.com/ruled-dev/ruled/plugins/builtin"
 )
 
 type serveConfig struct {
@@ -42,6 +41,8 @@ type serveConfig struct {
 	isolate      bool
 	grpcListen   string
 	debugListen  string
+	builtins     string
+	pluginsDir   string
 
 	trustedProxies []netip.Prefix
 }
@@ -63,12 +64,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.isolate, "redis-acl", true, "run each plugin's scripts as its own Redis ACL user (its keys and declared commands only); needs ACL SETUSER rights, else the lines to run are logged")
 	fs.StringVar(&c.grpcListen, "grpc-listen", "", "gRPC listen address for Envoy's rate limit service (off when empty)")
 	fs.StringVar(&c.debugListen, "debug-listen", "", "listen address for pprof under /debug/pprof/, apart from the API (off when empty; keep it on loopback)")
+	fs.StringVar(&c.builtins, "builtins", builtinsNative, "how the built-in plugins run: native (linked in) or wasm (each through the Wasm driver, from --plugins-dir)")
+	fs.StringVar(&c.pluginsDir, "plugins-dir", "bin/plugins", "directory of the built-ins' Wasm modules NAME.wasm for --builtins=wasm (make plugins writes them)")
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
 	}
 	if c.rules == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "ruled serve: --rules PATH is required (and takes no other arguments)")
 		fs.Usage()
+		return 2
+	}
+	if err := checkBuiltinsFlag(c.builtins); err != nil {
+		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
 		return 2
 	}
 	log, err := newLogger(stderr, c.logLevel, c.logFormat)
@@ -108,10 +115,16 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 
 func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.Writer) error {
 	// Validate the rules before anything starts: a bad file refuses to serve.
-	if _, err := rulesLoad(c.rules); err != nil {
+	if err := prevalidateRules(c.rules); err != nil {
 		printRuleErrors(stderr, err)
 		return fmt.Errorf("rules in %s are invalid", c.rules)
 	}
+
+	builtins, stopBuiltins, err := builtinPlugins(c.builtins, c.pluginsDir, wasmOptions(log, pluginCallTimeout(c.redisTimeout), c.dataDir))
+	if err != nil {
+		return err
+	}
+	defer stopBuiltins() // last: after the engine and the HTTP server stopped
 
 	st, err := store.Open(ctx, store.Options{URL: c.redis, DataDir: c.dataDir, Timeout: c.redisTimeout, Logger: log})
 	if err != nil {
@@ -129,18 +142,27 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		capOpts.Isolation = &capability.Isolation{ClientAs: st.ClientAs}
 	}
 	cap := capability.New(st.Client(), capOpts)
-	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtin.All(), Logger: log, Observer: m})
+	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: m,
+		LoadPlugin: pluginLoader(log, c.redisTimeout, c.dataDir)})
 	if err != nil {
 		return err
 	}
+	defer func() { // before the store closes: returns leased permits, stops plugin processes
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		engine.Close(ctx)
+	}()
 	m.Bind(engine)
-	defer logPlugins(log, engine)()
+	defer logPlugins(log, engine, c.builtins)()
 	set, err := engine.Load(c.rules)
 	if err != nil {
 		printRuleErrors(stderr, err)
 		return fmt.Errorf("rules in %s are invalid", c.rules)
 	}
 	log.Info("rules loaded", "path", c.rules, "rules", len(set.Rules()))
+	if err := preloadBuiltins(set); err != nil {
+		return err
+	}
 	preloadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	if err := engine.Preload(preloadCtx); err != nil {
 		log.Warn("scripts not preloaded; they load on first use", "err", err)

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/process"
+	"github.com/ruled-dev/ruled/host/wasm"
+	"github.com/ruled-dev/ruled/rules"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// pluginLoader returns the loader the engine uses for the third-party
+// plugins rule files declare: Wasm modules through host/wasm, executables
+// through host/process. A sha256 pin is checked for both (host/process
+// checks it itself, at load and again at every restart).
+//
+// Calls into a plugin get a deadline of at least four Redis time-outs, so
+// that a slow Redis shows as a Redis error, never as a plugin that hangs.
+func pluginLoader(log *slog.Logger, redisTimeout time.Duration, dataDir string) host.PluginLoader {
+	callTimeout := pluginCallTimeout(redisTimeout)
+	return func(ctx context.Context, d rules.PluginDecl) (sdk.Algorithm, error) {
+		switch {
+		case d.Process != "":
+			return process.Load(ctx, d.Process, process.Options{SHA256: d.SHA256, CallTimeout: callTimeout, Logger: log})
+		case d.Wasm != "":
+			// Read once: the bytes checked against the pin are the bytes loaded.
+			bin, err := readPinned(d.Wasm, d.SHA256)
+			if err != nil {
+				return nil, err
+			}
+			return wasm.LoadBytes(ctx, d.Wasm, bin, wasmOptions(log, callTimeout, dataDir))
+		}
+		return nil, errors.New("declares neither wasm nor process")
+	}
+}
+
+// pluginCallTimeout is the deadline of one call into a plugin: at least
+// four Redis time-outs, so that a slow Redis shows as a Redis error, never as
+// a plugin that hangs (and never kills a Wasm instance in a Redis call).
+func pluginCallTimeout(redisTimeout time.Duration) time.Duration {
+	return max(process.DefaultCallTimeout, 4*redisTimeout)
+}
+
+// wasmOptions are the options of every Wasm module the daemon loads, third
+// party or built-in (--builtins=wasm): the daemon's logger, and with a
+// --data-dir a compilation cache there, so that a restart does not compile
+// the modules again.
+func wasmOptions(log *slog.Logger, callTimeout time.Duration, dataDir string) wasm.Options {
+	opts := wasm.Options{CallTimeout: callTimeout, Logger: log}
+	if dataDir != "" {
+		opts.CacheDir = filepath.Join(dataDir, "wasm-cache")
+	}
+	return opts
+}
+
+// readPinned reads the file at path and, when want is set, compares its
+// SHA-256 digest with want (lower-case hex).
+func readPinned(path, want string) ([]byte, error) {
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if want == "" {
+		return bin, nil
+	}
+	sum := sha256.Sum256(bin)
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return nil, fmt.Errorf("%s: sha256 mismatch: the rule file pins %s but the file's digest is %s; refusing to load it", path, want, got)
+	}
+	return bin, nil
+}
+
+// prevalidateRules checks the rule files before anything starts, against
+// the built-in plugins. Files that declare third-party plugins are checked
+// only as far as parsing goes: the engine's Load checks the rest once it has
+// loaded their plugins.
+func prevalidateRules(path string) error {
+	files, err := rules.Parse(path)
+	if files != nil && len(files.Plugins()) > 0 {
+		return err // parse errors only
+	}
+	_, err = rulesLoad(path)
+	return err
+}
