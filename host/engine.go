@@ -4,7 +4,6 @@
 package host
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -320,28 +319,20 @@ func (e *Engine) compile(path string) (*generation, error) {
 	var loadErrs rules.ErrorList
 	for _, decl := range files.Plugins() {
 		if _, builtin := e.builtins[decl.Name]; builtin {
-			loadErrs = append(loadErrs, &rules.Error{Pos: decl.Pos, Code: "plugin-load", Message: fmt.Sprintf("plugin %q: the name of a built-in plugin", decl.Name)})
+			loadErrs = append(loadErrs, &rules.Error{Pos: decl.Pos, Code: rules.CodePluginLoad, Message: fmt.Sprintf("plugin %q: the name of a built-in plugin", decl.Name)})
 			continue
 		}
 		p, err := e.thirdParty(decl)
 		if err != nil {
-			loadErrs = append(loadErrs, &rules.Error{Pos: decl.Pos, Code: "plugin-load", Message: fmt.Sprintf("plugin %q: %v", decl.Name, err)})
+			loadErrs = append(loadErrs, &rules.Error{Pos: decl.Pos, Code: rules.CodePluginLoad, Message: fmt.Sprintf("plugin %q: %v", decl.Name, err)})
 			continue
 		}
 		g.plugins[decl.Name] = p
 	}
 	set, err := rules.Compile(files, g)
 	if err != nil || len(loadErrs) > 0 {
-		var list rules.ErrorList
-		if !errors.As(err, &list) && err != nil {
-			list = rules.ErrorList{{Code: "load", Message: err.Error()}}
-		}
-		list = append(list, loadErrs...)
-		slices.SortStableFunc(list, func(a, b *rules.Error) int {
-			return cmp.Or(strings.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Column, b.Pos.Column))
-		})
 		e.release(g, e.gen.Load())
-		return nil, list
+		return nil, rules.Merge(err, loadErrs)
 	}
 	g.set = set
 	return g, nil

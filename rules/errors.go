@@ -2,6 +2,7 @@ package rules
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -25,6 +26,7 @@ const (
 	CodeBadOnError      = "bad-on-error"     // on_error is not allow, deny or local
 	CodeExpr            = "expr"             // an expression does not compile or has the wrong type
 	CodeBadConfig       = "bad-config"       // the plugin's Configure rejected the rule's config
+	CodePluginLoad      = "plugin-load"      // a third-party plugin declared under plugins: could not be loaded
 )
 
 // Position is a place in a rule file. Line and Column are 1-based; Column
@@ -113,6 +115,18 @@ func (l ErrorList) Err() error {
 	}
 	l.sort()
 	return l
+}
+
+// Merge returns the errors of err (an ErrorList, or any error as one
+// unpositioned entry) and more, sorted, as one error; nil when there are
+// none. Callers that find problems of their own while loading (a plugin
+// that does not load) report them with the rules' in one list.
+func Merge(err error, more ErrorList) error {
+	var list ErrorList
+	if err != nil && !errors.As(err, &list) {
+		list = ErrorList{{Code: CodeRead, Message: err.Error()}}
+	}
+	return append(slices.Clone(list), more...).Err()
 }
 
 func (l ErrorList) sort() {

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/ruled-dev/ruled/host/capability"
@@ -73,14 +70,14 @@ func checkRules(path string, log *slog.Logger) (*rules.Set, error) {
 	var loadErrs rules.ErrorList
 	for _, d := range files.Plugins() {
 		if _, builtin := cat[d.Name]; builtin {
-			loadErrs = append(loadErrs, &rules.Error{Pos: d.Pos, Code: "plugin-load", Message: fmt.Sprintf("plugin %q: the name of a built-in plugin", d.Name)})
+			loadErrs = append(loadErrs, &rules.Error{Pos: d.Pos, Code: rules.CodePluginLoad, Message: fmt.Sprintf("plugin %q: the name of a built-in plugin", d.Name)})
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		alg, err := load(ctx, d)
 		cancel()
 		if err != nil {
-			loadErrs = append(loadErrs, &rules.Error{Pos: d.Pos, Code: "plugin-load", Message: fmt.Sprintf("plugin %q: %v", d.Name, err)})
+			loadErrs = append(loadErrs, &rules.Error{Pos: d.Pos, Code: rules.CodePluginLoad, Message: fmt.Sprintf("plugin %q: %v", d.Name, err)})
 			continue
 		}
 		defer stopPlugin(alg, log)
@@ -90,15 +87,7 @@ func checkRules(path string, log *slog.Logger) (*rules.Set, error) {
 	if len(loadErrs) == 0 {
 		return set, err
 	}
-	var list rules.ErrorList
-	if !errors.As(err, &list) && err != nil {
-		list = rules.ErrorList{{Code: "load", Message: err.Error()}}
-	}
-	list = append(list, loadErrs...)
-	slices.SortStableFunc(list, func(a, b *rules.Error) int {
-		return cmp.Or(strings.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Column, b.Pos.Column))
-	})
-	return nil, list
+	return nil, rules.Merge(err, loadErrs)
 }
 
 // stopPlugin stops a third-party plugin that check loaded.
