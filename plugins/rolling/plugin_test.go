@@ -97,34 +97,18 @@ func TestConcurrentInstancesAdmitExactlyTheModel(t *testing.T) {
 	}
 }
 
-// harness runs requests for one rule against the env's Redis and clock.
+// harness is one rule on a fresh env (plugintest.Rule) with this
+// package's clock helpers.
 type harness struct {
+	*plugintest.Rule
 	t   *testing.T
 	env *plugintest.Env
-	alg sdk.Algorithm
-	cfg sdk.Config
-	p   *capability.Plugin
 }
 
 func newHarness(t *testing.T, raw map[string]any) *harness {
 	env := plugintest.NewEnv(t)
-	alg := rolling.New()
-	return &harness{t: t, env: env, alg: alg, cfg: plugintest.Configure(t, alg, raw), p: plugintest.Register(t, env.Capability(), alg)}
+	return &harness{Rule: env.Rule(t, rolling.New(), raw), t: t, env: env}
 }
-
-func (h *harness) decide(req sdk.Request) sdk.Decision {
-	h.t.Helper()
-	if req.Subject == "" {
-		req.Subject = "s"
-	}
-	d, err := h.alg.Decide(context.Background(), h.p.Host("r", req.Subject), h.cfg, req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return d
-}
-
-func (h *harness) hit(n int64) sdk.Decision { h.t.Helper(); return h.decide(sdk.Request{Hits: n}) }
 
 // alignTo moves the clock forward to the next multiple of d and returns it.
 func (h *harness) alignTo(d time.Duration) int64 {
@@ -148,11 +132,11 @@ func TestBucketsExpireOneByOne(t *testing.T) {
 	h := newHarness(t, map[string]any{"limit": 10, "window": "10s", "buckets": 10})
 	base := h.alignTo(10 * time.Second)
 	h.at(base, 0)
-	h.hit(2)
+	h.Hit(2)
 	h.at(base, 1*time.Second+300*time.Millisecond)
-	h.hit(3)
+	h.Hit(3)
 	h.at(base, 4*time.Second+999*time.Millisecond)
-	if d := h.hit(5); !d.Allowed || d.Remaining != 0 || d.Reset != 10*time.Second-999*time.Millisecond {
+	if d := h.Hit(5); !d.Allowed || d.Remaining != 0 || d.Reset != 10*time.Second-999*time.Millisecond {
 		t.Fatalf("filling the window: %+v, want allowed, remaining 0, reset 9.001s (bucket 4 leaves at 14s)", d)
 	}
 	for _, step := range []struct {
@@ -167,12 +151,12 @@ func TestBucketsExpireOneByOne(t *testing.T) {
 		{14 * time.Second, 10}, // bucket 4 (5 hits) leaves
 	} {
 		h.at(base, step.at)
-		d := h.hit(0)
+		d := h.Hit(0)
 		if d.Remaining != step.remaining || d.Granted != 0 || d.Allowed != (step.remaining > 0) {
 			t.Fatalf("peek at +%s: %+v, want remaining %d", step.at, d, step.remaining)
 		}
 	}
-	if d := h.hit(0); d.Reset != 0 {
+	if d := h.Hit(0); d.Reset != 0 {
 		t.Fatalf("empty window: reset %s, want 0", d.Reset)
 	}
 }
@@ -181,11 +165,11 @@ func TestNoDoubleBurstAtTheBoundary(t *testing.T) {
 	h := newHarness(t, map[string]any{"limit": 10, "window": "10s", "buckets": 10})
 	base := h.alignTo(10 * time.Second)
 	h.at(base, 9*time.Second+500*time.Millisecond)
-	if d := h.hit(10); !d.Allowed {
+	if d := h.Hit(10); !d.Allowed {
 		t.Fatalf("burst just before a window edge: %+v", d)
 	}
 	h.at(base, 10*time.Second) // a fixed window would start afresh here
-	d := h.hit(1)
+	d := h.Hit(1)
 	if d.Allowed || d.Remaining != 0 || d.RetryAfter != 9*time.Second {
 		t.Fatalf("at the edge: %+v, want denied until the burst's bucket leaves (9s)", d)
 	}
@@ -196,7 +180,7 @@ func TestNoDoubleBurstAtTheBoundary(t *testing.T) {
 	var grants []int64
 	for range 400 {
 		h2.env.Clock.Advance(time.Duration(rng.IntN(40_000)) * time.Microsecond)
-		if d := h2.decide(sdk.Request{Subject: "p", Hits: 1}); d.Allowed {
+		if d := h2.Decide(sdk.Request{Subject: "p", Hits: 1}); d.Allowed {
 			grants = append(grants, h2.env.Clock.Now())
 		}
 	}
@@ -219,11 +203,11 @@ func TestRetryAfterIsExact(t *testing.T) {
 	h := newHarness(t, map[string]any{"limit": 6, "window": "3s", "buckets": 3})
 	base := h.alignTo(3 * time.Second)
 	h.at(base, 123*time.Microsecond)
-	h.hit(2) // bucket 0, leaves at 3s
+	h.Hit(2) // bucket 0, leaves at 3s
 	h.at(base, 1*time.Second+7*time.Microsecond)
-	h.hit(3) // bucket 1, leaves at 4s
+	h.Hit(3) // bucket 1, leaves at 4s
 	h.at(base, 2*time.Second+777_777*time.Microsecond)
-	h.hit(1) // bucket 2, leaves at 5s
+	h.Hit(1) // bucket 2, leaves at 5s
 	for _, tc := range []struct {
 		hits  int64
 		retry time.Duration
@@ -232,20 +216,20 @@ func TestRetryAfterIsExact(t *testing.T) {
 		{4, 4*time.Second - (2*time.Second + 777_777*time.Microsecond)}, // buckets 0 and 1 free 5
 		{7, 5*time.Second - (2*time.Second + 777_777*time.Microsecond)}, // more than the limit: reset
 	} {
-		d := h.hit(tc.hits)
+		d := h.Hit(tc.hits)
 		if d.Allowed || d.RetryAfter != tc.retry || d.Reset != 5*time.Second-(2*time.Second+777_777*time.Microsecond) {
 			t.Fatalf("hits %d: %+v, want denied with retry after %s", tc.hits, d, tc.retry)
 		}
 	}
 	// A request made 1µs before its retry_after is denied; at it, allowed.
-	d := h.hit(4)
+	d := h.Hit(4)
 	now := h.env.Clock.Now()
 	h.env.Clock.Advance(d.RetryAfter - time.Microsecond)
-	if d2 := h.hit(4); d2.Allowed {
+	if d2 := h.Hit(4); d2.Allowed {
 		t.Fatalf("1µs early: %+v", d2)
 	}
 	h.env.Clock.Advance(time.Microsecond)
-	if d2 := h.hit(4); !d2.Allowed || h.env.Clock.Now() != now+d.RetryAfter.Microseconds() {
+	if d2 := h.Hit(4); !d2.Allowed || h.env.Clock.Now() != now+d.RetryAfter.Microseconds() {
 		t.Fatalf("at retry_after: %+v", d2)
 	}
 }
@@ -257,24 +241,24 @@ func TestDedupIsIdempotentWithinTheWindow(t *testing.T) {
 	req := sdk.Request{Hits: 3, DedupID: "req-1"}
 	for i, off := range []time.Duration{500 * time.Millisecond, 600 * time.Millisecond, 2 * time.Second, 4*time.Second - time.Microsecond} {
 		h.at(base, off)
-		if d := h.decide(req); !d.Allowed || d.Granted != 3 || d.Remaining != 2 {
+		if d := h.Decide(req); !d.Allowed || d.Granted != 3 || d.Remaining != 2 {
 			t.Fatalf("try %d at +%s: %+v, want granted 3 once (remaining 2)", i, off, d)
 		}
 	}
-	if d := h.decide(sdk.Request{Hits: 3, DedupID: "req-2"}); d.Allowed {
+	if d := h.Decide(sdk.Request{Hits: 3, DedupID: "req-2"}); d.Allowed {
 		t.Fatalf("another id over the limit: %+v, want denied", d)
 	}
 	// The bucket it was counted in leaves the window at 4s: the id is new again.
 	h.at(base, 4*time.Second)
-	if d := h.decide(req); !d.Allowed || d.Granted != 3 || d.Remaining != 2 {
+	if d := h.Decide(req); !d.Allowed || d.Granted != 3 || d.Remaining != 2 {
 		t.Fatalf("after the window: %+v, want a fresh grant of 3", d)
 	}
-	h.hit(1) // same bucket, no id
+	h.Hit(1) // same bucket, no id
 	// Refund by id: only what it was granted, and only once.
-	if d := h.decide(sdk.Request{Hits: -10, DedupID: "req-1"}); d.Granted != -3 || d.Remaining != 4 {
+	if d := h.Decide(sdk.Request{Hits: -10, DedupID: "req-1"}); d.Granted != -3 || d.Remaining != 4 {
 		t.Fatalf("refund: %+v, want -3, remaining 4", d)
 	}
-	if d := h.decide(sdk.Request{Hits: -10, DedupID: "req-1"}); d.Granted != 0 || d.Remaining != 4 {
+	if d := h.Decide(sdk.Request{Hits: -10, DedupID: "req-1"}); d.Granted != 0 || d.Remaining != 4 {
 		t.Fatalf("second refund: %+v, want nothing refunded", d)
 	}
 }
@@ -286,7 +270,7 @@ func TestDedupRecordsStayBounded(t *testing.T) {
 	maxLen := int64(0)
 	for i := range 60 { // 6 windows, a new id every 100ms
 		h.env.Clock.Advance(100 * time.Millisecond)
-		if d := h.decide(sdk.Request{Hits: 1, DedupID: fmt.Sprintf("id-%d", i)}); !d.Allowed {
+		if d := h.Decide(sdk.Request{Hits: 1, DedupID: fmt.Sprintf("id-%d", i)}); !d.Allowed {
 			t.Fatalf("request %d: %+v", i, d)
 		}
 		n0, err0 := client.HLen(ctx, "ruled:rolling:r:{s}:d0").Result()
@@ -306,18 +290,18 @@ func TestBestEffortGrantsWhatIsLeft(t *testing.T) {
 	h := newHarness(t, map[string]any{"limit": 5, "window": "1m", "buckets": 6})
 	base := h.alignTo(time.Minute)
 	h.at(base, time.Second)
-	h.hit(3)
+	h.Hit(3)
 	h.at(base, 25*time.Second)
-	d := h.decide(sdk.Request{Hits: 4, BestEffort: true})
+	d := h.Decide(sdk.Request{Hits: 4, BestEffort: true})
 	if !d.Allowed || d.Granted != 2 || d.Remaining != 0 {
 		t.Fatalf("best effort: %+v, want granted 2 of 4", d)
 	}
 	// Nothing left: denied until the oldest bucket (3 hits) leaves at 60s.
-	if d = h.decide(sdk.Request{Hits: 9, BestEffort: true}); d.Allowed || d.Granted != 0 || d.RetryAfter != 35*time.Second {
+	if d = h.Decide(sdk.Request{Hits: 9, BestEffort: true}); d.Allowed || d.Granted != 0 || d.RetryAfter != 35*time.Second {
 		t.Fatalf("nothing left: %+v, want denied, retry after 35s", d)
 	}
 	h.at(base, time.Minute)
-	if d = h.decide(sdk.Request{Hits: 9, BestEffort: true}); !d.Allowed || d.Granted != 3 {
+	if d = h.Decide(sdk.Request{Hits: 9, BestEffort: true}); !d.Allowed || d.Granted != 3 {
 		t.Fatalf("after the first bucket left: %+v, want granted 3", d)
 	}
 }
@@ -326,13 +310,13 @@ func TestRefundsComeOffTheNewestBuckets(t *testing.T) {
 	h := newHarness(t, map[string]any{"limit": 10, "window": "10s", "buckets": 10})
 	base := h.alignTo(10 * time.Second)
 	h.at(base, 0)
-	h.hit(3)
+	h.Hit(3)
 	h.at(base, 5*time.Second)
-	h.hit(3)
-	if d := h.hit(-4); !d.Allowed || d.Granted != -4 || d.Remaining != 8 || d.Reset != 5*time.Second {
+	h.Hit(3)
+	if d := h.Hit(-4); !d.Allowed || d.Granted != -4 || d.Remaining != 8 || d.Reset != 5*time.Second {
 		t.Fatalf("refund: %+v, want -4, remaining 8, reset 5s (only bucket 0 still holds hits: 2)", d)
 	}
-	if d := h.hit(-100); d.Granted != -2 || d.Remaining != 10 || d.Reset != 0 {
+	if d := h.Hit(-100); d.Granted != -2 || d.Remaining != 10 || d.Reset != 0 {
 		t.Fatalf("refund beyond the count: %+v, want -2 and an empty window", d)
 	}
 }
@@ -342,16 +326,16 @@ func TestReloadWithAnotherLayoutKeepsCounts(t *testing.T) {
 		h := newHarness(t, map[string]any{"limit": 10, "window": "10s", "buckets": 10})
 		base := h.alignTo(10 * time.Second)
 		h.at(base, 0)
-		h.hit(2) // bucket 0s
+		h.Hit(2) // bucket 0s
 		h.at(base, 3500*time.Millisecond)
-		h.decide(sdk.Request{Hits: 3, DedupID: "m"}) // bucket 3s
+		h.Decide(sdk.Request{Hits: 3, DedupID: "m"}) // bucket 3s
 		h.at(base, 7200*time.Millisecond)
-		h.hit(4) // bucket 7s
+		h.Hit(4) // bucket 7s
 		// 2.5s buckets: each old bucket moves to the next new boundary, so
 		// it leaves at 10s, 15s and 17.5s (never earlier than it would have).
-		h.cfg = plugintest.Configure(t, h.alg, map[string]any{"limit": 10, "window": "10s", "buckets": 4})
+		h.Reconfigure(map[string]any{"limit": 10, "window": "10s", "buckets": 4})
 		h.at(base, 7500*time.Millisecond)
-		if d := h.decide(sdk.Request{Hits: 3, DedupID: "m"}); !d.Allowed || d.Granted != 3 || d.Remaining != 1 || d.Reset != 10*time.Second {
+		if d := h.Decide(sdk.Request{Hits: 3, DedupID: "m"}); !d.Allowed || d.Granted != 3 || d.Remaining != 1 || d.Reset != 10*time.Second {
 			t.Fatalf("dedup retry after the reload: %+v, want the first answer, nothing consumed, reset 10s", d)
 		}
 		type peek struct {
@@ -368,14 +352,14 @@ func TestReloadWithAnotherLayoutKeepsCounts(t *testing.T) {
 		}
 		if refund {
 			// The id's 3 hits moved to the 5s bucket; a refund finds them there.
-			if d := h.decide(sdk.Request{Hits: -3, DedupID: "m"}); d.Granted != -3 || d.Remaining != 4 {
+			if d := h.Decide(sdk.Request{Hits: -3, DedupID: "m"}); d.Granted != -3 || d.Remaining != 4 {
 				t.Fatalf("refund by id after the reload: %+v, want -3", d)
 			}
 			steps = []peek{{10 * time.Second, 6}, {17500*time.Millisecond - time.Microsecond, 6}, {17500 * time.Millisecond, 10}}
 		}
 		for _, step := range steps {
 			h.at(base, step.at)
-			if d := h.hit(0); d.Remaining != step.remaining {
+			if d := h.Hit(0); d.Remaining != step.remaining {
 				t.Fatalf("refund %v, peek at +%s: %+v, want remaining %d", refund, step.at, d, step.remaining)
 			}
 		}
@@ -384,9 +368,9 @@ func TestReloadWithAnotherLayoutKeepsCounts(t *testing.T) {
 
 func TestPeekConsumesNothing(t *testing.T) {
 	h := newHarness(t, map[string]any{"limit": 2, "window": "1m"})
-	h.hit(1)
+	h.Hit(1)
 	for i := 0; i < 3; i++ {
-		if d := h.hit(0); !d.Allowed || d.Remaining != 1 || d.Granted != 0 {
+		if d := h.Hit(0); !d.Allowed || d.Remaining != 1 || d.Granted != 0 {
 			t.Fatalf("peek %d: %+v", i, d)
 		}
 	}
@@ -394,7 +378,7 @@ func TestPeekConsumesNothing(t *testing.T) {
 
 func TestKeysExpireAfterTheirWindow(t *testing.T) {
 	h := newHarness(t, map[string]any{"limit": 2, "window": "2s", "buckets": 4})
-	h.decide(sdk.Request{Subject: "ttl", Hits: 1, DedupID: "x"})
+	h.Decide(sdk.Request{Subject: "ttl", Hits: 1, DedupID: "x"})
 	client := h.env.Redis.Client()
 	keys, err := client.Keys(context.Background(), "ruled:rolling:r:{ttl}:*").Result()
 	if err != nil || len(keys) != 2 {

@@ -124,53 +124,37 @@ func TestConcurrentInstancesAdmitExactlyTheModel(t *testing.T) {
 	}
 }
 
-// harness runs requests for one rule against the env's Redis and clock.
+// harness is one rule on a fresh env (plugintest.Rule) with this
+// package's clock helpers.
 type harness struct {
+	*plugintest.Rule
 	t   *testing.T
 	env *plugintest.Env
-	alg sdk.Algorithm
-	cfg sdk.Config
-	p   *capability.Plugin
 }
 
 func newHarness(t *testing.T, raw map[string]any) *harness {
 	env := plugintest.NewEnv(t)
-	alg := tokenbucket.New()
-	return &harness{t: t, env: env, alg: alg, cfg: plugintest.Configure(t, alg, raw), p: plugintest.Register(t, env.Capability(), alg)}
+	return &harness{Rule: env.Rule(t, tokenbucket.New(), raw), t: t, env: env}
 }
-
-// reload switches the harness to a new config for the same rule and keys.
-func (h *harness) reload(raw map[string]any) { h.cfg = plugintest.Configure(h.t, h.alg, raw) }
-
-func (h *harness) decide(req sdk.Request) sdk.Decision {
-	h.t.Helper()
-	d, err := h.alg.Decide(context.Background(), h.p.Host("r", "s"), h.cfg, req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return d
-}
-
-func (h *harness) hit(n int64) sdk.Decision { h.t.Helper(); return h.decide(sdk.Request{Hits: n}) }
 
 func (h *harness) advance(d time.Duration) { h.env.Clock.Advance(d) }
 
 func TestIdleBucketNeverExceedsBurst(t *testing.T) {
 	h := newHarness(t, map[string]any{"rate": 10, "burst": 5})
-	if d := h.hit(5); !d.Allowed || d.Remaining != 0 || d.Limit != 5 {
+	if d := h.Hit(5); !d.Allowed || d.Remaining != 0 || d.Limit != 5 {
 		t.Fatalf("draining: %+v", d)
 	}
 	h.advance(3 * time.Hour)
-	if d := h.hit(0); !d.Allowed || d.Remaining != 5 || d.Reset != 0 {
+	if d := h.Hit(0); !d.Allowed || d.Remaining != 5 || d.Reset != 0 {
 		t.Fatalf("peek after 3h idle: %+v, want exactly the burst (5), reset 0", d)
 	}
-	if d := h.hit(6); d.Allowed || d.Remaining != 5 {
+	if d := h.Hit(6); d.Allowed || d.Remaining != 5 {
 		t.Fatalf("6 after idle: %+v, want denied: the bucket holds at most 5", d)
 	}
-	if d := h.hit(5); !d.Allowed || d.Remaining != 0 {
+	if d := h.Hit(5); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("5 after idle: %+v", d)
 	}
-	if d := h.hit(1); d.Allowed || d.RetryAfter != 100*time.Millisecond {
+	if d := h.Hit(1); d.Allowed || d.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("after the burst: %+v, want denied, retry after 100ms", d)
 	}
 }
@@ -178,62 +162,62 @@ func TestIdleBucketNeverExceedsBurst(t *testing.T) {
 func TestPeekIsExactAfterPartialRefill(t *testing.T) {
 	// 3 permits a second: one every 333333⅓µs, which no float keeps exact.
 	h := newHarness(t, map[string]any{"rate": 3, "burst": 3})
-	h.hit(3)
+	h.Hit(3)
 	t0 := h.env.Clock.Now()
 	at := func(us int64) { h.advance(time.Duration(t0+us-h.env.Clock.Now()) * time.Microsecond) }
 	at(333_333)
-	if d := h.hit(0); d.Allowed || d.Remaining != 0 || d.RetryAfter != time.Microsecond {
+	if d := h.Hit(0); d.Allowed || d.Remaining != 0 || d.RetryAfter != time.Microsecond {
 		t.Fatalf("at 333333µs: %+v, want 0 available, retry after 1µs (999999 of 1000000 units)", d)
 	}
 	at(333_334)
-	if d := h.hit(1); !d.Allowed || d.Remaining != 0 {
+	if d := h.Hit(1); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("at 333334µs: %+v, want 1 permit", d)
 	}
 	at(666_667) // level 2 + 3×333333 = 1000001 units
 	for i := range 50 {
-		if d := h.hit(0); !d.Allowed || d.Remaining != 1 || d.Reset != 666_667*time.Microsecond {
+		if d := h.Hit(0); !d.Allowed || d.Remaining != 1 || d.Reset != 666_667*time.Microsecond {
 			t.Fatalf("peek %d at 666667µs: %+v, want 1 available, full in 666667µs", i, d)
 		}
 	}
-	h.hit(1) // 1 unit left
+	h.Hit(1) // 1 unit left
 	at(999_999)
-	if d := h.hit(0); d.Remaining != 0 || d.RetryAfter != time.Microsecond {
+	if d := h.Hit(0); d.Remaining != 0 || d.RetryAfter != time.Microsecond {
 		t.Fatalf("at 999999µs: %+v, want 0 available (999997 units), retry after 1µs", d)
 	}
 	at(1_000_000)
-	if d := h.hit(0); d.Remaining != 1 || d.Reset != 666_667*time.Microsecond {
+	if d := h.Hit(0); d.Remaining != 1 || d.Reset != 666_667*time.Microsecond {
 		t.Fatalf("at 1s: %+v, want exactly 1 available, full in 666667µs", d)
 	}
 }
 
 func TestMultiPermitRequests(t *testing.T) {
 	h := newHarness(t, map[string]any{"rate": 10, "burst": 10})
-	if d := h.hit(7); !d.Allowed || d.Granted != 7 || d.Remaining != 3 || d.Reset != 700*time.Millisecond {
+	if d := h.Hit(7); !d.Allowed || d.Granted != 7 || d.Remaining != 3 || d.Reset != 700*time.Millisecond {
 		t.Fatalf("7 of 10: %+v", d)
 	}
-	if d := h.hit(4); d.Allowed || d.Granted != 0 || d.Remaining != 3 || d.RetryAfter != 100*time.Millisecond {
+	if d := h.Hit(4); d.Allowed || d.Granted != 0 || d.Remaining != 3 || d.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("4 with 3 left: %+v, want denied, retry after 100ms", d)
 	}
-	if d := h.hit(3); !d.Allowed || d.Remaining != 0 {
+	if d := h.Hit(3); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("3 with 3 left: %+v", d)
 	}
-	if d := h.hit(10); d.Allowed || d.RetryAfter != time.Second {
+	if d := h.Hit(10); d.Allowed || d.RetryAfter != time.Second {
 		t.Fatalf("10 with none left: %+v, want retry after 1s", d)
 	}
-	if d := h.hit(11); d.Allowed || d.RetryAfter != time.Second || d.Reset != time.Second {
+	if d := h.Hit(11); d.Allowed || d.RetryAfter != time.Second || d.Reset != time.Second {
 		t.Fatalf("more than the burst: %+v, want denied, retry after the reset (1s)", d)
 	}
-	if d := h.decide(sdk.Request{Hits: 5, BestEffort: true}); d.Allowed || d.RetryAfter != 100*time.Millisecond {
+	if d := h.Decide(sdk.Request{Hits: 5, BestEffort: true}); d.Allowed || d.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("best effort with none left: %+v, want retry after 100ms (1 permit)", d)
 	}
 	h.advance(250 * time.Millisecond)
-	if d := h.decide(sdk.Request{Hits: 5, BestEffort: true}); !d.Allowed || d.Granted != 2 || d.Remaining != 0 {
+	if d := h.Decide(sdk.Request{Hits: 5, BestEffort: true}); !d.Allowed || d.Granted != 2 || d.Remaining != 0 {
 		t.Fatalf("best effort after 250ms: %+v, want granted 2", d)
 	}
-	if d := h.hit(-4); !d.Allowed || d.Granted != -4 || d.Remaining != 4 {
+	if d := h.Hit(-4); !d.Allowed || d.Granted != -4 || d.Remaining != 4 {
 		t.Fatalf("refund 4: %+v", d)
 	}
-	if d := h.hit(-100); d.Granted != -6 || d.Remaining != 10 || d.Reset != 0 {
+	if d := h.Hit(-100); d.Granted != -6 || d.Remaining != 10 || d.Reset != 0 {
 		t.Fatalf("refund beyond the burst: %+v, want -6 and a full bucket", d)
 	}
 }
@@ -242,19 +226,19 @@ func TestRetryAfterIsExact(t *testing.T) {
 	h := newHarness(t, map[string]any{"rate": 7, "per": "1s", "burst": 5})
 	h.advance(123 * time.Microsecond)
 	for _, hits := range []int64{1, 3, 5} {
-		h.hit(5) // drain
-		d := h.hit(hits)
+		h.Hit(5) // drain
+		d := h.Hit(hits)
 		// hits permits are hits×1e6 units; 7 units a µs.
 		want := time.Duration((hits*1_000_000+6)/7) * time.Microsecond
 		if d.Allowed || d.RetryAfter != want {
 			t.Fatalf("%d: %+v, want denied, retry after %s", hits, d, want)
 		}
 		h.advance(d.RetryAfter - time.Microsecond)
-		if d2 := h.hit(hits); d2.Allowed {
+		if d2 := h.Hit(hits); d2.Allowed {
 			t.Fatalf("%d, 1µs before retry_after: %+v", hits, d2)
 		}
 		h.advance(time.Microsecond)
-		if d2 := h.hit(hits); !d2.Allowed || d2.Granted != hits {
+		if d2 := h.Hit(hits); !d2.Allowed || d2.Granted != hits {
 			t.Fatalf("%d at retry_after: %+v", hits, d2)
 		}
 		h.advance(time.Hour)
@@ -263,40 +247,40 @@ func TestRetryAfterIsExact(t *testing.T) {
 
 func TestReloadKeepsStateCoherent(t *testing.T) {
 	h := newHarness(t, map[string]any{"rate": 10, "burst": 20})
-	h.hit(5)
-	h.reload(map[string]any{"rate": 10, "burst": 8})
-	if d := h.hit(0); d.Remaining != 8 || d.Limit != 8 || d.Reset != 0 {
+	h.Hit(5)
+	h.Reconfigure(map[string]any{"rate": 10, "burst": 8})
+	if d := h.Hit(0); d.Remaining != 8 || d.Limit != 8 || d.Reset != 0 {
 		t.Fatalf("lower burst: %+v, want clamped to 8 (was 15)", d)
 	}
-	if d := h.hit(8); !d.Allowed || d.Remaining != 0 || d.Reset != 800*time.Millisecond {
+	if d := h.Hit(8); !d.Allowed || d.Remaining != 0 || d.Reset != 800*time.Millisecond {
 		t.Fatalf("take the 8: %+v", d)
 	}
-	if d := h.hit(1); d.Allowed {
+	if d := h.Hit(1); d.Allowed {
 		t.Fatalf("after the clamped burst: %+v", d)
 	}
 
 	// Higher rate: the level carries over and refills faster from there.
 	h.advance(time.Hour)
-	h.reload(map[string]any{"rate": 10, "burst": 10})
-	h.hit(10)
+	h.Reconfigure(map[string]any{"rate": 10, "burst": 10})
+	h.Hit(10)
 	h.advance(200 * time.Millisecond)
-	if d := h.hit(1); !d.Allowed || d.Remaining != 1 {
+	if d := h.Hit(1); !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("before the reload: %+v, want 1 left of 2", d)
 	}
-	h.reload(map[string]any{"rate": 20, "burst": 10})
+	h.Reconfigure(map[string]any{"rate": 20, "burst": 10})
 	h.advance(100 * time.Millisecond)
-	if d := h.hit(0); d.Remaining != 3 || d.Reset != 350*time.Millisecond || d.Window != 500*time.Millisecond {
+	if d := h.Hit(0); d.Remaining != 3 || d.Reset != 350*time.Millisecond || d.Window != 500*time.Millisecond {
 		t.Fatalf("100ms after doubling the rate: %+v, want 1 + 2 = 3, full in 350ms", d)
 	}
 
 	// A new per converts the level, keeping whole permits.
 	h.advance(time.Hour)
-	h.reload(map[string]any{"rate": 4, "per": "1s", "burst": 4})
-	h.hit(4)
+	h.Reconfigure(map[string]any{"rate": 4, "per": "1s", "burst": 4})
+	h.Hit(4)
 	h.advance(625 * time.Millisecond) // 2.5 permits
-	h.hit(1)                          // stored: 1.5 permits
-	h.reload(map[string]any{"rate": 8, "per": "2s", "burst": 4})
-	if d := h.hit(0); d.Remaining != 1 || d.Reset != 750*time.Millisecond {
+	h.Hit(1)                          // stored: 1.5 permits
+	h.Reconfigure(map[string]any{"rate": 8, "per": "2s", "burst": 4})
+	if d := h.Hit(0); d.Remaining != 1 || d.Reset != 750*time.Millisecond {
 		t.Fatalf("after a new per: %+v, want 1 whole permit kept, full in 750ms", d)
 	}
 }
@@ -306,16 +290,16 @@ func TestKeysExpireAndFullBucketsCostNothing(t *testing.T) {
 	client := h.env.Redis.Client()
 	ctx := context.Background()
 	key := "ruled:tokenbucket:r:{s}:b"
-	h.hit(3) // full in 300ms
+	h.Hit(3) // full in 300ms
 	ttl, err := client.PTTL(ctx, key).Result()
 	if err != nil || ttl <= time.Second || ttl > 1300*time.Millisecond {
 		t.Fatalf("ttl %v (%v), want the 300ms refill plus 1s slack", ttl, err)
 	}
-	h.hit(-3)
+	h.Hit(-3)
 	if n, err := client.Exists(ctx, key).Result(); err != nil || n != 0 {
 		t.Fatalf("a full bucket left a key (%d, %v)", n, err)
 	}
-	h.hit(0)
+	h.Hit(0)
 	if n, err := client.DBSize(ctx).Result(); err != nil || n != 0 {
 		t.Fatalf("a peek wrote %d keys (%v)", n, err)
 	}

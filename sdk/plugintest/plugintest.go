@@ -311,3 +311,47 @@ func ReportRedisTime(b *testing.B, client redis.UniversalClient) {
 	}
 	b.Fatalf("no EVALSHA statistics in %q", info)
 }
+
+// Rule is one rule of an algorithm on an Env, for tests that decide single
+// requests at the env's clock: a config, a registration and the rule name
+// "r" in keys.
+type Rule struct {
+	tb     testing.TB
+	Env    *Env
+	Alg    sdk.Algorithm
+	Config sdk.Config
+	Plugin *capability.Plugin
+}
+
+// Rule configures alg with raw and registers it on a new capability.
+func (e *Env) Rule(tb testing.TB, alg sdk.Algorithm, raw map[string]any) *Rule {
+	tb.Helper()
+	return &Rule{tb: tb, Env: e, Alg: alg, Config: Configure(tb, alg, raw), Plugin: Register(tb, e.Capability(), alg)}
+}
+
+// Reconfigure switches the rule to a new config, keeping its keys, as a
+// reload of the rule file does.
+func (r *Rule) Reconfigure(raw map[string]any) {
+	r.tb.Helper()
+	r.Config = Configure(r.tb, r.Alg, raw)
+}
+
+// Decide decides req at the env's clock (subject "s" when empty) and fails
+// the test on error.
+func (r *Rule) Decide(req sdk.Request) sdk.Decision {
+	r.tb.Helper()
+	if req.Subject == "" {
+		req.Subject = "s"
+	}
+	d, err := r.Alg.Decide(context.Background(), r.Plugin.Host("r", req.Subject), r.Config, req)
+	if err != nil {
+		r.tb.Fatal(err)
+	}
+	return d
+}
+
+// Hit decides n hits for subject "s".
+func (r *Rule) Hit(n int64) sdk.Decision {
+	r.tb.Helper()
+	return r.Decide(sdk.Request{Hits: n})
+}
