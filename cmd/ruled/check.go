@@ -66,7 +66,8 @@ func checkRules(path string, log *slog.Logger) (*rules.Set, error) {
 	if len(files.Plugins()) == 0 {
 		return rules.Compile(files, cat)
 	}
-	load := pluginLoader(log, capability.DefaultTimeout, "")
+	wopts, _ := wasmOptions(log, pluginCallTimeout(capability.DefaultTimeout), "")
+	load := pluginLoader(log, wopts)
 	var loadErrs rules.ErrorList
 	for _, d := range files.Plugins() {
 		if _, builtin := cat[d.Name]; builtin {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/process"
 	"github.com/ruled-dev/ruled/host/wasm"
@@ -25,19 +27,18 @@ import (
 //
 // Calls into a plugin get a deadline of at least four Redis time-outs, so
 // that a slow Redis shows as a Redis error, never as a plugin that hangs.
-func pluginLoader(log *slog.Logger, redisTimeout time.Duration, dataDir string) host.PluginLoader {
-	callTimeout := pluginCallTimeout(redisTimeout)
+func pluginLoader(log *slog.Logger, wopts wasm.Options) host.PluginLoader {
 	return func(ctx context.Context, d rules.PluginDecl) (sdk.Algorithm, error) {
 		switch {
 		case d.Process != "":
-			return process.Load(ctx, d.Process, process.Options{SHA256: d.SHA256, CallTimeout: callTimeout, Logger: log})
+			return process.Load(ctx, d.Process, process.Options{SHA256: d.SHA256, CallTimeout: wopts.CallTimeout, Logger: log})
 		case d.Wasm != "":
 			// Read once: the bytes checked against the pin are the bytes loaded.
 			bin, err := readPinned(d.Wasm, d.SHA256)
 			if err != nil {
 				return nil, err
 			}
-			return wasm.LoadBytes(ctx, d.Wasm, bin, wasmOptions(log, callTimeout, dataDir))
+			return wasm.LoadBytes(ctx, d.Wasm, bin, wopts)
 		}
 		return nil, errors.New("declares neither wasm nor process")
 	}
@@ -51,15 +52,22 @@ func pluginCallTimeout(redisTimeout time.Duration) time.Duration {
 }
 
 // wasmOptions are the options of every Wasm module the daemon loads, third
-// party or built-in (--builtins=wasm): the daemon's logger, and with a
-// --data-dir a compilation cache there, so that a restart does not compile
-// the modules again.
-func wasmOptions(log *slog.Logger, callTimeout time.Duration, dataDir string) wasm.Options {
+// party or built-in (--builtins=wasm): the daemon's logger, the plugin call
+// deadline, and with a --data-dir one compilation cache there, shared by
+// every module, so that a restart does not compile the modules again. The
+// returned func closes the cache.
+func wasmOptions(log *slog.Logger, callTimeout time.Duration, dataDir string) (wasm.Options, func()) {
 	opts := wasm.Options{CallTimeout: callTimeout, Logger: log}
-	if dataDir != "" {
-		opts.CacheDir = filepath.Join(dataDir, "wasm-cache")
+	if dataDir == "" {
+		return opts, func() {}
 	}
-	return opts
+	cache, err := wazero.NewCompilationCacheWithDir(filepath.Join(dataDir, "wasm-cache"))
+	if err != nil {
+		log.Warn("Wasm modules are compiled at every start: no compilation cache", "err", err)
+		return opts, func() {}
+	}
+	opts.Cache = cache
+	return opts, func() { _ = cache.Close(context.Background()) }
 }
 
 // readPinned reads the file at path and, when want is set, compares its

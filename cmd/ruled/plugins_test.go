@@ -96,7 +96,8 @@ rules:
 func TestPluginLoaderChecksPins(t *testing.T) {
 	dir := t.TempDir()
 	path := writeFile(t, dir, "x.wasm", "not a module")
-	load := pluginLoader(slog.New(slog.DiscardHandler), 0, "")
+	wopts, _ := wasmOptions(slog.New(slog.DiscardHandler), pluginCallTimeout(0), "")
+	load := pluginLoader(slog.New(slog.DiscardHandler), wopts)
 	wrong := strings.Repeat("1", 64)
 	_, err := load(context.Background(), rules.PluginDecl{Name: "x", Wasm: path, SHA256: wrong})
 	if err == nil || !strings.Contains(err.Error(), "sha256 mismatch") || !strings.Contains(err.Error(), wrong) ||

@@ -120,7 +120,9 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		return fmt.Errorf("rules in %s are invalid", c.rules)
 	}
 
-	builtins, stopBuiltins, err := builtinPlugins(c.builtins, c.pluginsDir, wasmOptions(log, pluginCallTimeout(c.redisTimeout), c.dataDir))
+	wopts, closeWasmCache := wasmOptions(log, pluginCallTimeout(c.redisTimeout), c.dataDir)
+	defer closeWasmCache()
+	builtins, stopBuiltins, err := builtinPlugins(c.builtins, c.pluginsDir, wopts)
 	if err != nil {
 		return err
 	}
@@ -143,7 +145,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	cap := capability.New(st.Client(), capOpts)
 	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: m,
-		LoadPlugin: pluginLoader(log, c.redisTimeout, c.dataDir)})
+		LoadPlugin: pluginLoader(log, wopts)})
 	if err != nil {
 		return err
 	}

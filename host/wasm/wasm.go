@@ -50,6 +50,11 @@ type Options struct {
 	// CacheDir, when set, keeps compiled machine code on disk between runs,
 	// so that a restart does not recompile (seconds for a Go module).
 	CacheDir string
+	// Cache, when set, is a compilation cache shared by every plugin the
+	// daemon loads (it wins over CacheDir and is not closed by the plugin).
+	// Share one: wazero 1.12 races when two caches on one directory are
+	// created at once.
+	Cache wazero.CompilationCache
 	// PoolSize is the most instances of the plugin, and so the most
 	// decisions it runs at once; more wait for a free instance. Default
 	// 4×GOMAXPROCS.
@@ -163,7 +168,10 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 		rc = wazero.NewRuntimeConfigInterpreter()
 	}
 	rc = rc.WithCloseOnContextDone(!opts.uninterruptible).WithMemoryLimitPages(opts.MemoryLimitPages)
-	if opts.CacheDir != "" {
+	switch {
+	case opts.Cache != nil:
+		rc = rc.WithCompilationCache(opts.Cache)
+	case opts.CacheDir != "":
 		if p.cache, err = wazero.NewCompilationCacheWithDir(opts.CacheDir); err != nil {
 			return nil, fmt.Errorf("compilation cache: %w", err)
 		}
