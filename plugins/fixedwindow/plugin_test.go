@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/plugintest"
@@ -165,27 +162,7 @@ func TestConfigErrors(t *testing.T) {
 // BenchmarkDecide measures one decision against real Redis with Redis's own
 // clock, from many goroutines.
 func BenchmarkDecide(b *testing.B) {
-	env := plugintest.NewEnv(b)
-	client := redis.NewClient(&redis.Options{Addr: env.Redis.Addr(), ContextTimeoutEnabled: true})
-	b.Cleanup(func() { _ = client.Close() })
-	alg := fixedwindow.New()
-	cfg := plugintest.Configure(b, alg, map[string]any{"limit": 1_000_000_000, "window": "1m"})
-	p := plugintest.Register(b, capability.New(client, capability.Options{Timeout: 5 * time.Second}), alg)
-	b.SetParallelism(16)
-	if err := client.ConfigResetStat(context.Background()).Err(); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		h := p.Host("bench", "subject")
-		for pb.Next() {
-			if d, err := alg.Decide(context.Background(), h, cfg, sdk.Request{Subject: "subject", Hits: 1}); err != nil || !d.Allowed {
-				b.Errorf("%+v, %v", d, err)
-				return
-			}
-		}
-	})
-	plugintest.ReportRedisTime(b, client)
+	plugintest.NewEnv(b).BenchDecide(b, fixedwindow.New(), map[string]any{"limit": 1_000_000_000, "window": "1m"}, 1, true)
 }
 
 func TestDedupRecordsDoNotOutliveTheirWindow(t *testing.T) {

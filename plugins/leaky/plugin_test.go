@@ -2,15 +2,12 @@ package leaky_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/leaky"
@@ -390,35 +387,9 @@ func TestModelPruneForgetsOnlyEmptyBuckets(t *testing.T) {
 // time (no injected clock), from 32 goroutines per CPU over 1000 subjects.
 func BenchmarkDecide(b *testing.B) {
 	env := plugintest.NewEnv(b)
-	client := redis.NewClient(&redis.Options{Addr: env.Redis.Addr(), PoolSize: 64})
-	b.Cleanup(func() { _ = client.Close() })
-	cp := capability.New(client, capability.Options{Timeout: 5 * time.Second})
-	alg := leaky.New()
-	p := plugintest.Register(b, cp, alg)
-	if err := p.Preload(context.Background()); err != nil {
-		b.Fatal(err)
-	}
 	for _, mode := range []string{"police", "shape"} {
 		b.Run(mode, func(b *testing.B) {
-			cfg := plugintest.Configure(b, alg, map[string]any{"capacity": 100, "rate": 50, "per": "1s", "mode": mode})
-			var seq sync.Mutex
-			next := 0
-			b.SetParallelism(32) // 64 in flight on 2 cores, as ruled under load
-			b.RunParallel(func(pb *testing.PB) {
-				seq.Lock()
-				g := next
-				next++
-				seq.Unlock()
-				i := 0
-				for pb.Next() {
-					subject := fmt.Sprintf("s%d", (g*7919+i)%1000)
-					i++
-					if _, err := alg.Decide(context.Background(), p.Host("bench", subject), cfg, sdk.Request{Subject: subject, Hits: 1}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			env.BenchDecide(b, leaky.New(), map[string]any{"capacity": 100, "rate": 50, "per": "1s", "mode": mode}, 1000, false)
 		})
 	}
 }
@@ -428,21 +399,8 @@ func BenchmarkDecide(b *testing.B) {
 // ruled's per-plugin ACL users are, and still matches the model.
 func TestDeclaredCommandsSuffice(t *testing.T) {
 	env := plugintest.NewEnv(t)
-	ctx := context.Background()
-	alg := leaky.New()
-	p := env.RegisterIsolated(t, alg)
-	cfg := plugintest.Configure(t, alg, map[string]any{"capacity": 4, "rate": 3, "mode": "shape"})
-	model := leaky.NewModel(cfg.(leaky.Config))
 	rng := rand.New(rand.NewPCG(11, 12))
 	steps := plugintest.RandomSteps(rng, 300, plugintest.StepOptions{Subjects: 2, MaxAdvance: 300 * time.Millisecond, MinHits: -2, MaxHits: 4, BestEffort: 0.3})
-	for i, s := range steps {
-		env.Clock.Advance(s.Advance)
-		got, err := alg.Decide(ctx, p.Host("acl", s.Req.Subject), cfg, s.Req)
-		if err != nil {
-			t.Fatalf("step %d (%v): %v", i, s, err)
-		}
-		if want := model.Decide(env.Clock.Now(), s.Req); got != want {
-			t.Fatalf("step %d (%v):\n got %+v\nwant %+v", i, s, got, want)
-		}
-	}
+	// Conform runs the plugin as its own ACL user (RegisterIsolated).
+	env.Conform(t, leaky.New(), map[string]any{"capacity": 4, "rate": 3, "mode": "shape"}, newModel, steps)
 }

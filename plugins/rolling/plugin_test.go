@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/rolling"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/plugintest"
@@ -491,31 +488,12 @@ func TestConfigErrors(t *testing.T) {
 // since every decision reads each live bucket.
 func BenchmarkDecide(b *testing.B) {
 	env := plugintest.NewEnv(b)
-	client := redis.NewClient(&redis.Options{Addr: env.Redis.Addr(), ContextTimeoutEnabled: true})
-	b.Cleanup(func() { _ = client.Close() })
-	alg := rolling.New()
-	p := plugintest.Register(b, capability.New(client, capability.Options{Timeout: 5 * time.Second}), alg)
 	for _, bc := range []struct {
 		name   string
 		window string
 	}{{"few-live-buckets", "1m"}, {"60-live-buckets", "60ms"}} {
 		b.Run(bc.name, func(b *testing.B) {
-			cfg := plugintest.Configure(b, alg, map[string]any{"limit": 1_000_000_000, "window": bc.window, "buckets": 60})
-			b.SetParallelism(16)
-			if err := client.ConfigResetStat(context.Background()).Err(); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				h := p.Host("bench", bc.name)
-				for pb.Next() {
-					if d, err := alg.Decide(context.Background(), h, cfg, sdk.Request{Subject: bc.name, Hits: 1}); err != nil || !d.Allowed {
-						b.Errorf("%+v, %v", d, err)
-						return
-					}
-				}
-			})
-			plugintest.ReportRedisTime(b, client)
+			env.BenchDecide(b, rolling.New(), map[string]any{"limit": 1_000_000_000, "window": bc.window, "buckets": 60}, 1, true)
 		})
 	}
 }

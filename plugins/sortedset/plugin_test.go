@@ -2,14 +2,10 @@ package sortedset_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/sortedset"
@@ -475,14 +471,6 @@ func TestModelPruneForgetsOnlyIdleSubjects(t *testing.T) {
 // time (no injected clock), from 32 goroutines per CPU over 1000 subjects.
 func BenchmarkDecide(b *testing.B) {
 	env := plugintest.NewEnv(b)
-	client := redis.NewClient(&redis.Options{Addr: env.Redis.Addr(), PoolSize: 64})
-	b.Cleanup(func() { _ = client.Close() })
-	cp := capability.New(client, capability.Options{Timeout: 5 * time.Second})
-	alg := sortedset.New()
-	p := plugintest.Register(b, cp, alg)
-	if err := p.Preload(context.Background()); err != nil {
-		b.Fatal(err)
-	}
 	for _, bc := range []struct {
 		name string
 		raw  map[string]any
@@ -490,27 +478,7 @@ func BenchmarkDecide(b *testing.B) {
 		{"one-rate", map[string]any{"limit": 100, "window": "1m"}},
 		{"two-rates-gap", map[string]any{"limit": 100, "window": "1m", "min_gap": "1ms", "also": also(10, "1s")}},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
-			cfg := plugintest.Configure(b, alg, bc.raw)
-			var mu sync.Mutex
-			next := 0
-			b.SetParallelism(32) // 64 in flight on 2 cores, as ruled under load
-			b.RunParallel(func(pb *testing.PB) {
-				mu.Lock()
-				g := next
-				next++
-				mu.Unlock()
-				i := 0
-				for pb.Next() {
-					subject := fmt.Sprintf("%s-%d", bc.name, (g*7919+i)%1000)
-					i++
-					if _, err := alg.Decide(context.Background(), p.Host("bench", subject), cfg, sdk.Request{Subject: subject, Hits: 1}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
+		b.Run(bc.name, func(b *testing.B) { env.BenchDecide(b, sortedset.New(), bc.raw, 1000, false) })
 	}
 }
 
@@ -519,21 +487,8 @@ func BenchmarkDecide(b *testing.B) {
 // ruled's per-plugin ACL users are, and still matches the model.
 func TestDeclaredCommandsSuffice(t *testing.T) {
 	env := plugintest.NewEnv(t)
-	ctx := context.Background()
-	alg := sortedset.New()
-	p := env.RegisterIsolated(t, alg)
-	cfg := plugintest.Configure(t, alg, map[string]any{"limit": 4, "window": "1s", "min_gap": "50ms", "count_denied": true, "also": also(2, "300ms")})
-	model := sortedset.NewModel(cfg.(sortedset.Config))
 	rng := rand.New(rand.NewPCG(11, 12))
 	steps := plugintest.RandomSteps(rng, 300, plugintest.StepOptions{Subjects: 2, MaxAdvance: 300 * time.Millisecond, MinHits: -2, MaxHits: 4, BestEffort: 0.3})
-	for i, s := range steps {
-		env.Clock.Advance(s.Advance)
-		got, err := alg.Decide(ctx, p.Host("acl", s.Req.Subject), cfg, s.Req)
-		if err != nil {
-			t.Fatalf("step %d (%v): %v", i, s, err)
-		}
-		if want := model.Decide(env.Clock.Now(), s.Req); got != want {
-			t.Fatalf("step %d (%v):\n got %+v\nwant %+v", i, s, got, want)
-		}
-	}
+	// Conform runs the plugin as its own ACL user (RegisterIsolated).
+	env.Conform(t, sortedset.New(), map[string]any{"limit": 4, "window": "1s", "min_gap": "50ms", "count_denied": true, "also": also(2, "300ms")}, newModel, steps)
 }
