@@ -23,6 +23,10 @@ import (
 // Request is the HTTP-level view of a request that rules match against.
 type Request = rules.Request
 
+// NormalizeHeaders returns h with lower-case names, as rules see them: h
+// itself when it already has them.
+func NormalizeHeaders(h map[string]string) map[string]string { return rules.NormalizeHeaders(h) }
+
 // CheckRequest is one question put to the engine.
 type CheckRequest struct {
 	Request    Request

@@ -126,7 +126,7 @@ func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
 	req := &host.CheckRequest{
 		Request: host.Request{
 			IP: b.Request.IP, Method: b.Request.Method, Path: b.Request.Path, Host: b.Request.Host,
-			User: b.Request.User, Headers: lowerKeys(b.Request.Headers), Query: b.Request.Query,
+			User: b.Request.User, Headers: host.NormalizeHeaders(b.Request.Headers), Query: b.Request.Query,
 		},
 		Attrs:      b.Attrs,
 		Hits:       hits,
@@ -134,21 +134,6 @@ func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
 		BestEffort: b.BestEffort,
 	}
 	return req, nil
-}
-
-// lowerKeys returns headers with lower-case names, reusing the map when the
-// names already are.
-func lowerKeys(h map[string]string) map[string]string {
-	for k := range h {
-		if k != strings.ToLower(k) {
-			out := make(map[string]string, len(h))
-			for k, v := range h {
-				out[strings.ToLower(k)] = v
-			}
-			return out
-		}
-	}
-	return h
 }
 
 // checkAnswer is the JSON body of a check answer.

@@ -39,6 +39,7 @@ import (
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/pluginrpc"
 	"github.com/ruled-dev/ruled/sdk"
+	"github.com/ruled-dev/ruled/sdk/abi"
 	"github.com/ruled-dev/ruled/sdk/abi/abipb"
 	"github.com/ruled-dev/ruled/sdk/abi/pluginpb"
 )
@@ -348,12 +349,8 @@ func (p *Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 		p.mu.Unlock()
 		return nil, p.callFailed(context.Background(), in, "configure", err)
 	}
-	if len(resp.GetErrors()) > 0 {
-		errs := make([]error, len(resp.GetErrors()))
-		for i, m := range resp.GetErrors() {
-			errs[i] = errors.New(m)
-		}
-		return nil, errors.Join(errs...)
+	if err := abi.ConfigError(resp.GetErrors()); err != nil {
+		return nil, err
 	}
 	p.mu.Lock()
 	p.configs[id] = msg

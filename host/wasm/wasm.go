@@ -292,12 +292,8 @@ func (p *Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(problems) > 0 {
-		errs := make([]error, len(problems))
-		for i, m := range problems {
-			errs[i] = errors.New(m)
-		}
-		return nil, errors.Join(errs...)
+	if err := abi.ConfigError(problems); err != nil {
+		return nil, err
 	}
 	p.mu.Lock()
 	p.configs[id] = msg

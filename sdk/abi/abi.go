@@ -10,7 +10,10 @@
 // memory. docs/abi.md describes the ABI for authors in other languages.
 package abi
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Version is the ABI version this package implements.
 const Version = 1
@@ -113,3 +116,17 @@ type Error struct {
 
 // Error returns the message.
 func (e *Error) Error() string { return e.Message }
+
+// ConfigError turns the problems a plugin's Configure reported across the
+// boundary (ConfigureResponse.errors) back into one error, one line each, as
+// a native plugin's Configure returns them; nil when there are none.
+func ConfigError(problems []string) error {
+	if len(problems) == 0 {
+		return nil
+	}
+	errs := make([]error, len(problems))
+	for i, m := range problems {
+		errs[i] = errors.New(m)
+	}
+	return errors.Join(errs...)
+}
