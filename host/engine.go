@@ -320,19 +320,14 @@ func (e *Engine) compile(path string) (*generation, error) {
 	for name, p := range e.builtins {
 		g.plugins[name] = p
 	}
-	var loadErrs rules.ErrorList
-	for _, decl := range files.Plugins() {
-		if _, builtin := e.builtins[decl.Name]; builtin {
-			loadErrs = append(loadErrs, &rules.Error{Pos: decl.Pos, Code: rules.CodePluginLoad, Message: fmt.Sprintf("plugin %q: the name of a built-in plugin", decl.Name)})
-			continue
-		}
-		p, err := e.thirdParty(decl)
-		if err != nil {
-			loadErrs = append(loadErrs, &rules.Error{Pos: decl.Pos, Code: rules.CodePluginLoad, Message: fmt.Sprintf("plugin %q: %v", decl.Name, err)})
-			continue
-		}
-		g.plugins[decl.Name] = p
-	}
+	loadErrs := LoadDeclared(files.Plugins(), func(name string) bool { _, ok := e.builtins[name]; return ok },
+		func(decl rules.PluginDecl) error {
+			p, err := e.thirdParty(decl)
+			if err == nil {
+				g.plugins[decl.Name] = p
+			}
+			return err
+		})
 	set, err := rules.Compile(files, g)
 	if err != nil || len(loadErrs) > 0 {
 		e.release(g, e.gen.Load())
@@ -340,6 +335,23 @@ func (e *Engine) compile(path string) (*generation, error) {
 	}
 	g.set = set
 	return g, nil
+}
+
+// LoadDeclared calls load for every plugin decls declare, in order, and
+// returns a positioned error for each that takes a built-in's name or does
+// not load. The engine and `ruled check` load rule files' plugins with it.
+func LoadDeclared(decls []rules.PluginDecl, builtin func(name string) bool, load func(rules.PluginDecl) error) rules.ErrorList {
+	var errs rules.ErrorList
+	for _, d := range decls {
+		err := errors.New("the name of a built-in plugin")
+		if !builtin(d.Name) {
+			err = load(d)
+		}
+		if err != nil {
+			errs = append(errs, &rules.Error{Pos: d.Pos, Code: rules.CodePluginLoad, Message: fmt.Sprintf("plugin %q: %v", d.Name, err)})
+		}
+	}
+	return errs
 }
 
 // pluginKey identifies a plugin declaration: the same name, file and pin
@@ -365,7 +377,7 @@ func (e *Engine) thirdParty(decl rules.PluginDecl) (*plugin, error) {
 	}
 	reg, err := e.cap.Register(decl.Name, alg.Info().Scripts)
 	if err != nil {
-		closePlugin(alg, e.log)
+		ClosePlugin(alg, e.log)
 		return nil, err
 	}
 	p := &plugin{alg: alg, reg: reg, key: key}
@@ -392,12 +404,14 @@ func (e *Engine) release(from, keep *generation) {
 			continue
 		}
 		delete(e.loaded, p.key)
-		closePlugin(p.alg, e.log)
+		ClosePlugin(p.alg, e.log)
 		e.log.Info("plugin stopped", "plugin", name)
 	}
 }
 
-func closePlugin(alg sdk.Algorithm, log *slog.Logger) {
+// ClosePlugin stops a third-party plugin (one that has Close), logging a
+// failure, within 10 seconds.
+func ClosePlugin(alg sdk.Algorithm, log *slog.Logger) {
 	if c, ok := alg.(interface{ Close(context.Context) error }); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
@@ -68,38 +69,28 @@ func checkRules(path string, log *slog.Logger) (*rules.Set, error) {
 	}
 	wopts, _ := wasmOptions(log, pluginCallTimeout(capability.DefaultTimeout), "")
 	load := pluginLoader(log, wopts)
-	var loadErrs rules.ErrorList
-	for _, d := range files.Plugins() {
-		if _, builtin := cat[d.Name]; builtin {
-			loadErrs = append(loadErrs, &rules.Error{Pos: d.Pos, Code: rules.CodePluginLoad, Message: fmt.Sprintf("plugin %q: the name of a built-in plugin", d.Name)})
-			continue
+	var loaded []sdk.Algorithm
+	loadErrs := host.LoadDeclared(files.Plugins(), func(name string) bool { _, ok := cat[name]; return ok },
+		func(d rules.PluginDecl) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			alg, err := load(ctx, d)
+			if err == nil {
+				cat[d.Name] = alg
+				loaded = append(loaded, alg)
+			}
+			return err
+		})
+	defer func() {
+		for _, alg := range loaded {
+			host.ClosePlugin(alg, log)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		alg, err := load(ctx, d)
-		cancel()
-		if err != nil {
-			loadErrs = append(loadErrs, &rules.Error{Pos: d.Pos, Code: rules.CodePluginLoad, Message: fmt.Sprintf("plugin %q: %v", d.Name, err)})
-			continue
-		}
-		defer stopPlugin(alg, log)
-		cat[d.Name] = alg
-	}
+	}()
 	set, err := rules.Compile(files, cat)
 	if len(loadErrs) == 0 {
 		return set, err
 	}
 	return nil, rules.Merge(err, loadErrs)
-}
-
-// stopPlugin stops a third-party plugin that check loaded.
-func stopPlugin(alg sdk.Algorithm, log *slog.Logger) {
-	if c, ok := alg.(interface{ Close(context.Context) error }); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := c.Close(ctx); err != nil {
-			log.Warn("stopping a plugin", "plugin", alg.Info().Name, "err", err)
-		}
-	}
 }
 
 // printRuleErrors prints a load error: one line per positioned error.
