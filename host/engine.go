@@ -543,14 +543,11 @@ func (e *Engine) decide(ctx context.Context, g *generation, sel rules.Selection,
 		e.degrade(rr, sel, req, sel.Err)
 		return
 	}
-	var key, denyKey string // the rule and subject's key in the local caches
+	key := local.Key{Rule: rule.Name, Subject: sel.Subject} // in the local caches
 	leased := leaseable(rule, req)
-	if leased || (rule.DenyCache && req.Hits > 0 && !req.BestEffort) {
-		key = local.Key(rule.Name, sel.Subject)
-	}
-	if rule.DenyCache && req.Hits > 0 && !req.BestEffort {
-		denyKey = key
-		if d, ok := e.deny.Get(denyKey, req.Hits); ok {
+	denyCached := rule.DenyCache && req.Hits > 0 && !req.BestEffort
+	if denyCached {
+		if d, ok := e.deny.Get(key, req.Hits); ok {
 			rr.Decision, rr.cached = d, true
 			return
 		}
@@ -572,8 +569,8 @@ func (e *Engine) decide(ctx context.Context, g *generation, sel rules.Selection,
 		e.local.Reset() // Redis answers again and holds the truth
 	}
 	rr.Decision = d
-	if denyKey != "" && !d.Allowed {
-		e.deny.Put(denyKey, req.Hits, d)
+	if denyCached && !d.Allowed {
+		e.deny.Put(key, req.Hits, d)
 	}
 }
 

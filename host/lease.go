@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ruled-dev/ruled/host/local"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
 )
@@ -28,7 +29,7 @@ type leases struct {
 
 type leaseShard struct {
 	mu sync.Mutex
-	m  map[string]*lease
+	m  map[local.Key]*lease
 }
 
 // lease is one rule and subject's permits.
@@ -46,13 +47,13 @@ type lease struct {
 func newLeases() *leases {
 	l := &leases{seed: maphash.MakeSeed()}
 	for i := range l.shards {
-		l.shards[i].m = map[string]*lease{}
+		l.shards[i].m = map[local.Key]*lease{}
 	}
 	return l
 }
 
-func (ls *leases) get(key string) *lease {
-	s := &ls.shards[maphash.String(ls.seed, key)%leaseShards]
+func (ls *leases) get(key local.Key) *lease {
+	s := &ls.shards[key.Hash(ls.seed)%leaseShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.m[key]
@@ -106,7 +107,7 @@ func leaseable(rule *rules.Rule, req *CheckRequest) bool {
 // lease from Redis (lease permits, best effort, in one call) when it cannot.
 // The lease's lock is held across a refill, so that concurrent requests for
 // one subject wait for one refill instead of each taking a lease.
-func (e *Engine) decideLeased(ctx context.Context, p *plugin, key string, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
+func (e *Engine) decideLeased(ctx context.Context, p *plugin, key local.Key, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
 	rule := sel.Rule
 	l := e.leases.get(key)
 	l.mu.Lock()

@@ -11,7 +11,7 @@ func TestDenyCache(t *testing.T) {
 	c := NewDenyCache(64)
 	now := time.Unix(1000, 0)
 	c.now = func() time.Time { return now }
-	k := Key("rule", "subject")
+	k := Key{Rule: "rule", Subject: "subject"}
 	c.Put(k, 3, sdk.Decision{Allowed: false, Limit: 5, RetryAfter: 2 * time.Second, Reset: 10 * time.Second})
 	if _, ok := c.Get(k, 2); ok {
 		t.Fatal("a smaller request was denied from a denial of 3 hits")
@@ -28,12 +28,17 @@ func TestDenyCache(t *testing.T) {
 	if _, ok := c.Get(k, 3); ok {
 		t.Fatal("denial outlived its retry-after")
 	}
+	// Rule and subject stay apart: no joined form makes two keys one.
+	c.Put(Key{Rule: "a\x00b", Subject: "c"}, 1, sdk.Decision{RetryAfter: time.Hour})
+	if _, ok := c.Get(Key{Rule: "a", Subject: "b\x00c"}, 1); ok {
+		t.Fatal("a denial of one rule and subject answered another")
+	}
 	c.Put(k, 1, sdk.Decision{Allowed: true, RetryAfter: time.Second})
 	if _, ok := c.Get(k, 1); ok {
 		t.Fatal("an allowed decision was cached")
 	}
 	for i := 0; i < 1000; i++ { // bounded
-		c.Put(Key("r", string(rune(i))), 1, sdk.Decision{RetryAfter: time.Hour})
+		c.Put(Key{Rule: "r", Subject: string(rune(i))}, 1, sdk.Decision{RetryAfter: time.Hour})
 	}
 	total := 0
 	for i := range c.shards {
