@@ -116,9 +116,18 @@ func (r Reply) Ints(min int) ([]int64, error) {
 //
 // Times are integer microseconds. window is copied into Decision.Window.
 func DecisionFromReply(r Reply, window time.Duration) (Decision, error) {
-	v, err := r.Ints(6)
+	arr, err := r.Array()
+	if err == nil && len(arr) < 6 {
+		err = fmt.Errorf("sdk: reply has %d elements, want at least 6", len(arr))
+	}
 	if err != nil {
 		return Decision{}, fmt.Errorf("decision reply: %w", err)
+	}
+	var v [7]int64 // on the stack: no allocation per decision
+	for i := range min(len(arr), len(v)) {
+		if v[i], err = arr[i].Int64(); err != nil {
+			return Decision{}, fmt.Errorf("decision reply: sdk: element %d: %w", i, err)
+		}
 	}
 	d := Decision{
 		Allowed:    v[0] == 1,
@@ -129,8 +138,6 @@ func DecisionFromReply(r Reply, window time.Duration) (Decision, error) {
 		Reset:      time.Duration(v[4]) * time.Microsecond,
 		RetryAfter: time.Duration(v[5]) * time.Microsecond,
 	}
-	if len(v) > 6 {
-		d.Delay = time.Duration(v[6]) * time.Microsecond
-	}
+	d.Delay = time.Duration(v[6]) * time.Microsecond // 0 when absent
 	return d, nil
 }

@@ -81,7 +81,9 @@ type Script struct {
 // decision lands in the same Redis Cluster slot.
 type Host interface {
 	// Eval runs the declared script named script atomically in Redis with
-	// the given relative keys and arguments, and returns its reply.
+	// the given relative keys and arguments, and returns its reply. It
+	// never modifies keys or args, so a plugin may pass the same keys slice
+	// to every call.
 	Eval(ctx context.Context, script string, keys []string, args ...any) (Reply, error)
 	// Log writes a message to the daemon's log, attributed to the plugin.
 	Log(level Level, msg string)

@@ -318,25 +318,28 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	if !ok {
 		return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("script %q was not declared in Info", script)}
 	}
-	full := make([]string, len(keys))
+	// One argument list for the whole call, as Redis receives it:
+	// EVALSHA sha numkeys key... clock arg...
+	call := make([]any, 3, 3+len(keys)+1+len(args))
+	call[0], call[1], call[2] = "evalsha", s.Hash(), len(keys)
+	var first string
 	for i, k := range keys {
 		if !validKey(k) {
 			return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("key %q: want 1-64 letters, digits, '_', '.' or '-'", k)}
 		}
-		full[i] = prefix + k
+		full := prefix + k
+		if i == 0 {
+			first = full
+		}
+		call = append(call, full)
 	}
-	argv := make([]any, 0, len(args)+1)
 	if p.cap.clock != nil {
-		argv = append(argv, strconv.FormatInt(p.cap.clock(), 10))
+		call = append(call, strconv.FormatInt(p.cap.clock(), 10))
 	} else {
-		argv = append(argv, "")
+		call = append(call, "")
 	}
-	argv = append(argv, args...)
+	call = append(call, args...)
 
-	var first string
-	if len(full) > 0 {
-		first = full[0]
-	}
 	br := p.cap.breakerFor(ctx, first)
 	ok, probe := br.allow()
 	if !ok {
@@ -347,7 +350,7 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.cap.timeout)
 	defer cancel()
-	v, err := p.cap.run(ctx, p.scripter, s, full, argv)
+	v, err := p.cap.run(ctx, p.scripter, s, call, len(keys))
 	if err != nil && err != redis.Nil {
 		err = classify(p.name, script, err)
 		unavailable := Unavailable(err) && !errors.Is(err, context.Canceled)
@@ -372,30 +375,30 @@ type script struct {
 	src string
 }
 
-// run runs one script call. A pipelined call is submitted to the
-// autopipeliner's deferred face and waited for with ctx, so the caller stops
-// waiting at the deadline even though the batch itself does not watch ctx.
-func (c *Capability) run(ctx context.Context, sc redis.Scripter, s *script, keys []string, argv []any) (any, error) {
+// run runs one script call; call is the EVALSHA command line and nkeys the
+// number of keys in it. A pipelined call is submitted to the autopipeliner's
+// deferred face and waited for with ctx, so the caller stops waiting at the
+// deadline even though the batch itself does not watch ctx.
+func (c *Capability) run(ctx context.Context, sc redis.Scripter, s *script, call []any, nkeys int) (any, error) {
 	ap, pipelined := sc.(*redis.AutoPipeliner)
 	if !pipelined {
-		return s.Run(ctx, sc, keys, argv...).Result()
+		keys := make([]string, nkeys)
+		for i := range keys {
+			keys[i] = call[3+i].(string)
+		}
+		return s.Run(ctx, sc, keys, call[3+nkeys:]...).Result()
 	}
-	v, err := submit(ctx, ap, "evalsha", s.Hash(), keys, argv)
+	v, err := submit(ctx, ap, call)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		v, err = submit(ctx, ap, "eval", s.src, keys, argv)
+		call[0], call[1] = "eval", s.src // the first command is done with call
+		v, err = submit(ctx, ap, call)
 	}
 	return v, err
 }
 
-// submit queues one EVALSHA or EVAL on the autopipeliner and waits for it.
-func submit(ctx context.Context, ap *redis.AutoPipeliner, cmd, script string, keys []string, argv []any) (any, error) {
-	args := make([]any, 0, 3+len(keys)+len(argv))
-	args = append(args, cmd, script, len(keys))
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	args = append(args, argv...)
-	c := redis.NewCmd(ctx, args...)
+// submit queues one command on the autopipeliner and waits for it.
+func submit(ctx context.Context, ap *redis.AutoPipeliner, call []any) (any, error) {
+	c := redis.NewCmd(ctx, call...)
 	if err := ap.Submit(ctx, c).WaitContext(ctx); err != nil {
 		return nil, err
 	}

@@ -97,6 +97,9 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	return c, nil
 }
 
+// decideKeys are the decide script's keys, shared by every call.
+var decideKeys = []string{"bucket"}
+
 // Decide implements sdk.Algorithm. DedupID is ignored.
 func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
 	c, ok := cfg.(Config)
@@ -111,7 +114,7 @@ func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Re
 		best = 1
 	}
 	window := c.Window()
-	reply, err := h.Eval(ctx, "decide", []string{"bucket"},
+	reply, err := h.Eval(ctx, "decide", decideKeys,
 		c.Capacity, c.PerUS(), c.Rate, shape, req.Hits, best, window.Microseconds())
 	if err != nil {
 		return sdk.Decision{}, fmt.Errorf("leaky: %w", err)

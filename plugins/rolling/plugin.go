@@ -83,6 +83,9 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	return c, nil
 }
 
+// decideKeys are the decide script's keys, shared by every call.
+var decideKeys = []string{"c", "d0", "d1"}
+
 // Decide implements sdk.Algorithm.
 func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
 	c, ok := cfg.(Config)
@@ -93,7 +96,7 @@ func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Re
 	if req.BestEffort {
 		best = 1
 	}
-	reply, err := h.Eval(ctx, "decide", []string{"c", "d0", "d1"},
+	reply, err := h.Eval(ctx, "decide", decideKeys,
 		c.Limit, c.Window.Microseconds(), c.BucketUS(), req.Hits, req.DedupID, best)
 	if err != nil {
 		return sdk.Decision{}, fmt.Errorf("rolling: %w", err)

@@ -128,6 +128,9 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
+// decideKeys are the decide script's keys, shared by every call.
+var decideKeys = []string{"log", "meta"}
+
 // Decide implements sdk.Algorithm. DedupID is ignored.
 func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
 	c, ok := cfg.(Config)
@@ -148,7 +151,7 @@ func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Re
 		best = 1
 	}
 	args = append(args, c.MinGap.Microseconds(), countDenied, req.Hits, best)
-	reply, err := h.Eval(ctx, "decide", []string{"log", "meta"}, args...)
+	reply, err := h.Eval(ctx, "decide", decideKeys, args...)
 	if err != nil {
 		return sdk.Decision{}, fmt.Errorf("sortedset: %w", err)
 	}

@@ -92,6 +92,9 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	return c, nil
 }
 
+// decideKeys are the decide script's keys, shared by every call.
+var decideKeys = []string{"b"}
+
 // Decide implements sdk.Algorithm.
 func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
 	c, ok := cfg.(Config)
@@ -102,7 +105,7 @@ func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Re
 	if req.BestEffort {
 		best = 1
 	}
-	reply, err := h.Eval(ctx, "decide", []string{"b"}, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best)
+	reply, err := h.Eval(ctx, "decide", decideKeys, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best)
 	if err != nil {
 		return sdk.Decision{}, fmt.Errorf("tokenbucket: %w", err)
 	}
