@@ -182,24 +182,18 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	// Ready: Redis answers a PING and every plugin can decide.
 	ready := func(ctx context.Context) error { return errors.Join(st.Ping(ctx), engine.PluginsReady()) }
-	srv := &http.Server{
-		Handler: httpapi.New(httpapi.Options{
-			Checker:        engine,
-			Ready:          ready,
-			Logger:         log,
-			Admin:          adminAPI{engine},
-			AdminToken:     c.adminToken,
-			TrustedProxies: c.trustedProxies,
-			Metrics:        m.Handler(),
-			UI:             ui.Handler(),
-			Stats:          m.StatusFunc(st.Describe(), ready),
-			LoopbackStatus: c.adminToken == "" && loopbackAddr(ln.Addr()),
-		}),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
+	srv := httpapi.NewServer(httpapi.New(httpapi.Options{
+		Checker:        engine,
+		Ready:          ready,
+		Logger:         log,
+		Admin:          adminAPI{engine},
+		AdminToken:     c.adminToken,
+		TrustedProxies: c.trustedProxies,
+		Metrics:        m.Handler(),
+		UI:             ui.Handler(),
+		Stats:          m.StatusFunc(st.Describe(), ready),
+		LoopbackStatus: c.adminToken == "" && loopbackAddr(ln.Addr()),
+	}))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("ruled serving", "listen", ln.Addr().String(), "version", version)
