@@ -9,9 +9,36 @@ import (
 // Reply is a script's reply as Redis returns it from Lua: nil, an integer,
 // a string (status replies included), or an array of replies.
 // Lua numbers become integers (truncated); Lua tables become arrays.
+//
+// Values are held unboxed, so that building and reading a reply of
+// integers allocates nothing but the array (this matters most inside Wasm
+// guests, where every allocation is expensive).
 type Reply struct {
-	v any // nil, int64, string or []Reply
+	kind ReplyKind
+	n    int64
+	s    string
+	arr  []Reply
 }
+
+// ReplyKind is what a Reply holds.
+type ReplyKind uint8
+
+// The kinds of replies.
+const (
+	ReplyNil ReplyKind = iota
+	ReplyInt
+	ReplyString
+	ReplyArray
+)
+
+// IntReply returns an integer reply.
+func IntReply(n int64) Reply { return Reply{kind: ReplyInt, n: n} }
+
+// StringReply returns a string reply.
+func StringReply(s string) Reply { return Reply{kind: ReplyString, s: s} }
+
+// ArrayReply returns an array reply of elems (not copied).
+func ArrayReply(elems []Reply) Reply { return Reply{kind: ReplyArray, arr: elems} }
 
 // NewReply converts a decoded Redis value (nil, int64, string, []any, or an
 // already built Reply) into a Reply. Other types become their string form.
@@ -21,73 +48,90 @@ func NewReply(v any) Reply {
 		return Reply{}
 	case Reply:
 		return t
-	case int64, string, []Reply:
-		return Reply{v: v} // already boxed: no allocation
+	case int64:
+		return IntReply(t)
 	case int:
-		return Reply{v: int64(t)}
+		return IntReply(int64(t))
+	case string:
+		return StringReply(t)
 	case []byte:
-		return Reply{v: string(t)}
+		return StringReply(string(t))
+	case []Reply:
+		return ArrayReply(t)
 	case []any:
 		arr := make([]Reply, len(t))
 		for i, e := range t {
 			arr[i] = NewReply(e)
 		}
-		return Reply{v: arr}
+		return ArrayReply(arr)
 	case []int64:
 		arr := make([]Reply, len(t))
 		for i, e := range t {
-			arr[i] = Reply{v: e}
+			arr[i] = IntReply(e)
 		}
-		return Reply{v: arr}
+		return ArrayReply(arr)
 	default:
-		return Reply{v: fmt.Sprint(t)}
+		return StringReply(fmt.Sprint(t))
 	}
 }
 
 // IntsReply builds an array reply of integers.
 func IntsReply(vs ...int64) Reply { return NewReply(vs) }
 
+// Kind returns what the reply holds.
+func (r Reply) Kind() ReplyKind { return r.kind }
+
 // Value returns the underlying value: nil, int64, string or []Reply.
-func (r Reply) Value() any { return r.v }
+func (r Reply) Value() any {
+	switch r.kind {
+	case ReplyInt:
+		return r.n
+	case ReplyString:
+		return r.s
+	case ReplyArray:
+		return r.arr
+	default:
+		return nil
+	}
+}
 
 // IsNil reports whether the reply is nil.
-func (r Reply) IsNil() bool { return r.v == nil }
+func (r Reply) IsNil() bool { return r.kind == ReplyNil }
 
 // Int64 returns an integer reply, or a string reply that parses as one.
 func (r Reply) Int64() (int64, error) {
-	switch t := r.v.(type) {
-	case int64:
-		return t, nil
-	case string:
-		n, err := strconv.ParseInt(t, 10, 64)
+	switch r.kind {
+	case ReplyInt:
+		return r.n, nil
+	case ReplyString:
+		n, err := strconv.ParseInt(r.s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("sdk: reply %q is not an integer", t)
+			return 0, fmt.Errorf("sdk: reply %q is not an integer", r.s)
 		}
 		return n, nil
 	default:
-		return 0, fmt.Errorf("sdk: reply %v is not an integer", r.v)
+		return 0, fmt.Errorf("sdk: reply %v is not an integer", r.Value())
 	}
 }
 
 // Str returns a string reply, or the decimal form of an integer reply.
 func (r Reply) Str() (string, error) {
-	switch t := r.v.(type) {
-	case string:
-		return t, nil
-	case int64:
-		return strconv.FormatInt(t, 10), nil
+	switch r.kind {
+	case ReplyString:
+		return r.s, nil
+	case ReplyInt:
+		return strconv.FormatInt(r.n, 10), nil
 	default:
-		return "", fmt.Errorf("sdk: reply %v is not a string", r.v)
+		return "", fmt.Errorf("sdk: reply %v is not a string", r.Value())
 	}
 }
 
 // Array returns the elements of an array reply.
 func (r Reply) Array() ([]Reply, error) {
-	arr, ok := r.v.([]Reply)
-	if !ok {
-		return nil, fmt.Errorf("sdk: reply %v is not an array", r.v)
+	if r.kind != ReplyArray {
+		return nil, fmt.Errorf("sdk: reply %v is not an array", r.Value())
 	}
-	return arr, nil
+	return r.arr, nil
 }
 
 // Ints returns an array reply whose elements are all integers, and checks

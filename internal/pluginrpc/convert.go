@@ -246,9 +246,9 @@ func replyFromPB(m *abipb.Reply, depth int) (sdk.Reply, error) {
 	}
 	switch k := m.GetKind().(type) {
 	case *abipb.Reply_IntValue:
-		return sdk.NewReply(k.IntValue), nil
+		return sdk.IntReply(k.IntValue), nil
 	case *abipb.Reply_StringValue:
-		return sdk.NewReply(string(k.StringValue)), nil
+		return sdk.StringReply(string(k.StringValue)), nil
 	case *abipb.Reply_ArrayValue:
 		elems := k.ArrayValue.GetElems()
 		arr := make([]sdk.Reply, len(elems))
@@ -259,7 +259,7 @@ func replyFromPB(m *abipb.Reply, depth int) (sdk.Reply, error) {
 			}
 			arr[i] = r
 		}
-		return sdk.NewReply(arr), nil
+		return sdk.ArrayReply(arr), nil
 	case *abipb.Reply_Error:
 		return sdk.Reply{}, &abi.Error{Class: k.Error.GetClass(), Message: k.Error.GetMessage()}
 	default:

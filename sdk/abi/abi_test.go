@@ -398,3 +398,15 @@ func FuzzDecoders(f *testing.F) {
 		_ = e.Decode(b)
 	})
 }
+
+// A reply of integers decodes with one allocation: its array.
+func TestDecodingAnIntegerReplyAllocatesOnlyTheArray(t *testing.T) {
+	b := abi.AppendReply(nil, sdk.IntsReply(1, 1, 1<<40, 1<<40-1, 3_600_000_000, 0))
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := abi.DecodeReply(b); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 1 {
+		t.Fatalf("%v allocations, want 1", n)
+	}
+}

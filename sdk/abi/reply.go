@@ -20,15 +20,18 @@ const (
 
 // AppendReply appends r encoded as a Reply message.
 func AppendReply(b []byte, r sdk.Reply) []byte {
-	switch t := r.Value().(type) {
-	case int64:
+	switch r.Kind() {
+	case sdk.ReplyInt:
+		n, _ := r.Int64()
 		b = appendTag(b, replyInt, protowire.VarintType)
-		return appendVarint(b, protowire.EncodeZigZag(t))
-	case string:
-		return appendStringAlways(b, replyString, t)
-	case []sdk.Reply:
+		return appendVarint(b, protowire.EncodeZigZag(n))
+	case sdk.ReplyString:
+		str, _ := r.Str()
+		return appendStringAlways(b, replyString, str)
+	case sdk.ReplyArray:
+		arr, _ := r.Array()
 		b, mark := beginNested(b, replyArray)
-		for _, e := range t {
+		for _, e := range arr {
 			var m int
 			b, m = beginNested(b, 1)
 			b = AppendReply(b, e)
@@ -64,12 +67,13 @@ func DecodeReply(b []byte) (sdk.Reply, error) {
 
 // decodeReply and decodeReplyArray run inside Wasm guests for every script
 // reply, where each function call and allocation is expensive, so they
-// decode inline rather than through next, and box each value once.
+// decode inline rather than through next, and allocate only strings and
+// arrays.
 func decodeReply(b []byte, depth int) (sdk.Reply, error) {
 	if depth > maxDepth {
 		return sdk.Reply{}, errors.New("nested too deeply")
 	}
-	var v any
+	var v sdk.Reply // the last value field wins, as in protobuf
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -84,9 +88,9 @@ func decodeReply(b []byte, depth int) (sdk.Reply, error) {
 			}
 			switch num {
 			case replyNull:
-				v = nil
+				v = sdk.Reply{}
 			case replyInt:
-				v = protowire.DecodeZigZag(u)
+				v = sdk.IntReply(protowire.DecodeZigZag(u))
 			}
 		case typ == protowire.BytesType:
 			var body []byte
@@ -95,13 +99,13 @@ func decodeReply(b []byte, depth int) (sdk.Reply, error) {
 			}
 			switch num {
 			case replyString:
-				v = string(body)
+				v = sdk.StringReply(string(body))
 			case replyArray:
 				arr, err := decodeReplyArray(body, depth+1)
 				if err != nil {
 					return sdk.Reply{}, err
 				}
-				v = arr
+				v = sdk.ArrayReply(arr)
 			case replyError:
 				e := &Error{}
 				var err error
@@ -118,7 +122,7 @@ func decodeReply(b []byte, depth int) (sdk.Reply, error) {
 		}
 		b = b[n:]
 	}
-	return sdk.NewReply(v), nil
+	return v, nil
 }
 
 func decodeReplyArray(b []byte, depth int) ([]sdk.Reply, error) {
