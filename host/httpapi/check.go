@@ -20,7 +20,9 @@ const MaxHits = 1_000_000_000
 // maxDedupID bounds the length of a dedup id.
 const maxDedupID = 256
 
-// checkBody is the JSON body of POST /v1/check.
+// checkBody is the JSON body of POST /v1/check, as encoding/json decodes it
+// (decodeJSON) for /v1/check/batch and /v1/acquire; /v1/check itself has
+// decodeCheck (checkjson.go), held to the same results.
 type checkBody struct {
 	Request    requestBody       `json:"request"`
 	Attrs      map[string]string `json:"attrs"`
@@ -37,16 +39,6 @@ type requestBody struct {
 	User    string            `json:"user"`
 	Headers map[string]string `json:"headers"`
 	Query   map[string]string `json:"query"`
-}
-
-// decodeCheck reads and validates a check body. Every failure is a 400 with
-// a code and a message that names the problem.
-func decodeCheck(w http.ResponseWriter, r *http.Request) (*host.CheckRequest, *Error) {
-	var body checkBody
-	if e := decodeJSON(w, r, &body); e != nil {
-		return nil, e
-	}
-	return body.toRequest()
 }
 
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) *Error {
@@ -109,19 +101,16 @@ func jsonKind(goKind string) string {
 	}
 }
 
+// toRequest validates a body decoded by decodeJSON (/v1/check/batch,
+// /v1/acquire) and makes it a request. decodeCheck does the same for
+// /v1/check.
 func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
-	bad := func(format string, args ...any) (*host.CheckRequest, *Error) {
-		return nil, &Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: fmt.Sprintf(format, args...)}
-	}
 	hits := int64(1)
 	if b.Hits != nil {
 		hits = *b.Hits
 	}
-	if hits < -MaxHits || hits > MaxHits {
-		return bad("hits: must be between %d and %d, got %d", -MaxHits, MaxHits, hits)
-	}
-	if len(b.DedupID) > maxDedupID {
-		return bad("dedup_id: at most %d bytes, got %d", maxDedupID, len(b.DedupID))
+	if e := checkLimits(hits, b.DedupID); e != nil {
+		return nil, e
 	}
 	req := &host.CheckRequest{
 		Request: host.Request{
@@ -134,6 +123,20 @@ func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
 		BestEffort: b.BestEffort,
 	}
 	return req, nil
+}
+
+// checkLimits refuses hits and dedup ids out of bounds.
+func checkLimits(hits int64, dedupID string) *Error {
+	bad := func(format string, args ...any) *Error {
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: fmt.Sprintf(format, args...)}
+	}
+	if hits < -MaxHits || hits > MaxHits {
+		return bad("hits: must be between %d and %d, got %d", -MaxHits, MaxHits, hits)
+	}
+	if len(dedupID) > maxDedupID {
+		return bad("dedup_id: at most %d bytes, got %d", maxDedupID, len(dedupID))
+	}
+	return nil
 }
 
 // checkAnswer is the JSON body of a check answer.
@@ -193,21 +196,60 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64(math.Ceil(d.Seconds()))
 }
 
+// The canonical forms of the header names SetRateLimitHeaders sets, as
+// http.Header.Set would store them.
+const (
+	headerRateLimitPolicy = "Ratelimit-Policy"
+	headerRateLimit       = "Ratelimit"
+	headerRetryAfter      = "Retry-After"
+)
+
 // SetRateLimitHeaders sets RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers, structured fields) for the most
 // restrictive rule, and Retry-After on a denial. The gRPC API uses it too,
 // so that every interface reports limits the same way.
+//
+// It runs on every check, so it builds the values in one buffer and sets
+// the canonical names directly: the headers share one string and one slice,
+// two allocations where Header.Set and string concatenation took seven.
 func SetRateLimitHeaders(h http.Header, res *host.Result) {
+	var buf [128]byte
+	b := buf[:0]
+	n, policyEnd, rateLimitEnd := 0, 0, 0
 	if p, ok := res.Policy(); ok {
-		name := strconv.Quote(p.Rule) // rule names are [a-z0-9_-]: a valid sf-string
-		policy := name + ";q=" + strconv.FormatInt(p.Limit, 10)
+		b = strconv.AppendQuote(b, p.Rule) // rule names are [a-z0-9_-]: a valid sf-string
+		nameEnd := len(b)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, p.Limit, 10)
 		if p.Window > 0 {
-			policy += ";w=" + strconv.FormatInt(max(ceilSeconds(p.Window), 1), 10)
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, max(ceilSeconds(p.Window), 1), 10)
 		}
-		h.Set("RateLimit-Policy", policy)
-		h.Set("RateLimit", name+";r="+strconv.FormatInt(max(p.Remaining, 0), 10)+";t="+strconv.FormatInt(ceilSeconds(p.Reset), 10))
+		policyEnd = len(b)
+		b = append(b, b[:nameEnd]...)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, max(p.Remaining, 0), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, ceilSeconds(p.Reset), 10)
+		rateLimitEnd = len(b)
+		n += 2
 	}
 	if !res.Allowed {
-		h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(res.RetryAfter), 1), 10))
+		b = strconv.AppendInt(b, max(ceilSeconds(res.RetryAfter), 1), 10)
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	s := string(b)
+	vals := make([]string, n)
+	if policyEnd > 0 {
+		vals[0], vals[1] = s[:policyEnd], s[policyEnd:rateLimitEnd]
+		h[headerRateLimitPolicy] = vals[0:1:1]
+		h[headerRateLimit] = vals[1:2:2]
+	}
+	if !res.Allowed {
+		vals[n-1] = s[rateLimitEnd:]
+		h[headerRetryAfter] = vals[n-1 : n : n]
 	}
 }

@@ -10,15 +10,15 @@ import (
 	"github.com/ruled-dev/ruled/host"
 )
 
+// FuzzCheckBody holds decodeCheck to encoding/json (sameAsEncodingJSON) and
+// every body API to a 200 or a 400.
 func FuzzCheckBody(f *testing.F) {
-	for _, seed := range []string{
-		`{}`, `{"request": {"ip": "1.2.3.4", "headers": {"X-A": "b"}}, "hits": 3}`, `{"hits": -1, "dedup_id": "x"}`,
-		`{"hits": 1e30}`, `[`, `{"request": null}`, `{"attrs": {"a": 1}}`, "\x00", `{"checks": []}`,
-	} {
+	for _, seed := range checkBodySeeds {
 		f.Add(seed)
 	}
 	srv := New(Options{Checker: &recorder{answer: host.Result{Allowed: true}}})
 	f.Fuzz(func(t *testing.T, body string) {
+		sameAsEncodingJSON(t, body)
 		for _, path := range []string{"/v1/check", "/v1/check/batch", "/v1/acquire"} {
 			rec := httptest.NewRecorder()
 			srv.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
