@@ -196,7 +196,10 @@ func (m *module) decide(in []byte) ([]byte, error) {
 	d, err := m.alg.Decide(context.Background(), m.host, cfg, req.Request)
 	m.host.active = false
 	if err != nil {
-		resp.Error = err.Error()
+		// An empty message would encode as no error at all: a zero decision.
+		if resp.Error = err.Error(); resp.Error == "" {
+			resp.Error = fmt.Sprintf("guest: Decide failed with an empty %T", err)
+		}
 	} else {
 		resp.Decision = d
 	}
