@@ -5,7 +5,7 @@ RULES     ?= examples/rules
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: run test deps build lint fmt bench plugins bench-go fuzz
+.PHONY: run test deps build lint fmt bench plugins plugin-as bench-go fuzz
 
 # FUZZ lists package:target pairs that `make fuzz` runs for FUZZTIME each.
 FUZZ      := host/httpapi:FuzzCheckBody host/httpapi:FuzzAuthHeaders host/httpapi:FuzzAppendString sdk/abi:FuzzDecoders
@@ -43,6 +43,10 @@ plugins:
 		echo "GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/plugins/$$n.wasm ./$$d"; \
 		GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/plugins/$$n.wasm ./$$d || exit 1; \
 	done
+
+## plugin-as: build the AssemblyScript example plugin into examples/plugins/assemblyscript/build/ (node and npm)
+plugin-as:
+	cd examples/plugins/assemblyscript && npm ci --no-audit --no-fund && npm run build
 
 ## lint: staticcheck (installed into GOPATH/bin on first use)
 lint:

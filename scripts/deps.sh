@@ -3,8 +3,10 @@
 #
 #   scripts/deps.sh run     redis-server (the managed store)
 #   scripts/deps.sh test    also nginx (the end-to-end test of
-#                           examples/proxies/nginx) and chromium (the
-#                           headless test of the status page, host/ui)
+#                           examples/proxies/nginx), chromium (the
+#                           headless test of the status page, host/ui), and
+#                           node and npm (they build the AssemblyScript
+#                           plugin of examples/plugins/assemblyscript)
 #   scripts/deps.sh bench   redis-server and wrk (the load harness)
 set -euo pipefail
 mode=${1:-test}
@@ -15,13 +17,21 @@ if [ "$mode" = test ]; then
   # Debian puts nginx in /usr/sbin, which is not on every user's PATH.
   command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+  command -v node >/dev/null 2>&1 || need+=(nodejs)
+  command -v npm >/dev/null 2>&1 || need+=(npm)
 fi
 if [ "$mode" = bench ]; then
   command -v wrk >/dev/null 2>&1 || need+=(wrk)
 fi
+# The AssemblyScript compiler wants Node.js 20 or later; Debian 12's own nodejs is 18
+# (NodeSource's packages have newer ones).
+if [ "$mode" = test ] && command -v node >/dev/null 2>&1; then
+  major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  [ "$major" -ge 20 ] || echo "warning: node $(node --version) is older than 20, which examples/plugins/assemblyscript's compiler wants" >&2
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "ruled needs ${need[*]}: install them with your package manager (macOS: brew install redis nginx; brew install --cask chromium)" >&2
+  echo "ruled needs ${need[*]}: install them with your package manager (macOS: brew install redis nginx node; brew install --cask chromium)" >&2
   exit 1
 fi
 sudo=""
