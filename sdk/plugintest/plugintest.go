@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -393,4 +394,47 @@ func (e *Env) BenchDecide(b *testing.B, alg sdk.Algorithm, raw map[string]any, s
 	})
 	b.StopTimer()
 	ReportRedisTime(b, client)
+}
+
+// BenchDecideOn benchmarks alg's Decide of req through h, as sub-benchmarks
+// name (one goroutine) and name/parallel (GOMAXPROCS goroutines). Besides
+// wall time it reports cpu-µs/op, the process's CPU time per decision: on a
+// shared machine wall time includes waiting for a core, CPU time is the cost
+// a decision adds.
+func BenchDecideOn(b *testing.B, name string, alg sdk.Algorithm, h sdk.Host, cfg sdk.Config, req sdk.Request) {
+	report := func(b *testing.B, start time.Duration) {
+		b.ReportMetric(float64(cpuTime()-start)/float64(b.N)/1e3, "cpu-µs/op")
+	}
+	b.Run(name, func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			if _, err := alg.Decide(context.Background(), h, cfg, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report(b, cpu)
+	})
+	b.Run(name+"/parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuTime()
+		defer report(b, cpu)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := alg.Decide(context.Background(), h, cfg, req); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// cpuTime is the CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,10 +1,7 @@
 package assemblyscript_test
 
 import (
-	"context"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ruled-dev/ruled/host/wasm"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
@@ -39,43 +36,7 @@ func BenchmarkDecide(b *testing.B) {
 			name string
 			host sdk.Host
 		}{{"stub", stub}, {"redis", reg.Host("bench", req.Subject)}} {
-			b.Run(a.name+"/"+h.name, func(b *testing.B) {
-				b.ReportAllocs()
-				cpu := cpuTime()
-				for b.Loop() {
-					if _, err := a.alg.Decide(context.Background(), h.host, cfg, req); err != nil {
-						b.Fatal(err)
-					}
-				}
-				reportCPU(b, cpu)
-			})
-			b.Run(a.name+"/"+h.name+"/parallel", func(b *testing.B) {
-				b.ReportAllocs()
-				cpu := cpuTime()
-				defer reportCPU(b, cpu)
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						if _, err := a.alg.Decide(context.Background(), h.host, cfg, req); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-			})
+			plugintest.BenchDecideOn(b, a.name+"/"+h.name, a.alg, h.host, cfg, req)
 		}
 	}
-}
-
-// cpuTime is the CPU time the test process has used: on a shared machine wall time per operation
-// includes waiting for a core, CPU time per operation is the cost a decision adds.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N)/1e3, "cpu-µs/op")
 }
