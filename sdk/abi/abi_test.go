@@ -2,6 +2,7 @@ package abi_test
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"reflect"
 	"strings"
@@ -409,4 +410,78 @@ func TestDecodingAnIntegerReplyAllocatesOnlyTheArray(t *testing.T) {
 	}); n != 1 {
 		t.Fatalf("%v allocations, want 1", n)
 	}
+}
+
+// FuzzDecodersAgreeWithProtobuf decodes the same bytes with the hand-written
+// codec and with the generated one: a DecideRequest protobuf-go accepts is
+// accepted with the same values, and a Reply (re-encoded canonically, since
+// protobuf merges repeated message fields where the codec keeps the last)
+// decodes to the same value.
+func FuzzDecodersAgreeWithProtobuf(f *testing.F) {
+	f.Add((&abi.DecideRequest{ConfigID: 300, Request: sdk.Request{Subject: "s", Hits: -5, DedupID: "d",
+		BestEffort: true, Attrs: map[string]string{"a": "b"}}}).Append(nil))
+	f.Add(abi.AppendReply(nil, sdk.IntsReply(1, 1, 1<<40, -3, 200)))
+	f.Add(abi.AppendReply(nil, sdk.NewReply([]any{int64(1), "x", []any{nil, int64(-1)}})))
+	f.Add(abi.AppendReply(nil, sdk.StringReply(strings.Repeat("y", 200))))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want abipb.DecideRequest
+		if proto.Unmarshal(b, &want) == nil {
+			var got abi.DecideRequest
+			if err := got.Decode(b); err != nil {
+				t.Fatalf("DecideRequest: protobuf-go accepts %x, the codec says %v", b, err)
+			}
+			r := got.Request
+			if got.ConfigID != want.GetConfigId() || r.Subject != string(want.GetSubject()) || r.Hits != want.GetHits() ||
+				r.DedupID != string(want.GetDedupId()) || r.BestEffort != want.GetBestEffort() || !maps.Equal(r.Attrs, want.GetAttrs()) {
+				t.Fatalf("DecideRequest %x: codec %+v, protobuf-go %v", b, got, &want)
+			}
+		}
+		var reply abipb.Reply
+		if proto.Unmarshal(b, &reply) != nil || !decodable(&reply, 0) {
+			return
+		}
+		canonical, err := proto.MarshalOptions{Deterministic: true}.Marshal(&reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := abi.DecodeReply(canonical)
+		if err != nil {
+			t.Fatalf("Reply %x: %v", canonical, err)
+		}
+		if want := replyOf(&reply); !reflect.DeepEqual(got.Value(), want.Value()) {
+			t.Fatalf("Reply %x: codec %v, protobuf-go %v", canonical, got.Value(), want.Value())
+		}
+	})
+}
+
+// decodable reports whether the codec should decode r as protobuf-go
+// does: no Error anywhere (the codec fails the whole reply on one) and no
+// deeper nesting than the codec's limit of 64.
+func decodable(r *abipb.Reply, depth int) bool {
+	if r.GetError() != nil || depth > 64 {
+		return false
+	}
+	for _, e := range r.GetArrayValue().GetElems() {
+		if !decodable(e, depth+1) {
+			return false
+		}
+	}
+	return true
+}
+
+// replyOf converts a generated Reply to an sdk.Reply.
+func replyOf(r *abipb.Reply) sdk.Reply {
+	switch k := r.GetKind().(type) {
+	case *abipb.Reply_IntValue:
+		return sdk.IntReply(k.IntValue)
+	case *abipb.Reply_StringValue:
+		return sdk.StringReply(string(k.StringValue))
+	case *abipb.Reply_ArrayValue:
+		arr := make([]sdk.Reply, 0, len(k.ArrayValue.GetElems()))
+		for _, e := range k.ArrayValue.GetElems() {
+			arr = append(arr, replyOf(e))
+		}
+		return sdk.ArrayReply(arr)
+	}
+	return sdk.Reply{}
 }

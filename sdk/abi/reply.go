@@ -66,61 +66,39 @@ func DecodeReply(b []byte) (sdk.Reply, error) {
 }
 
 // decodeReply and decodeReplyArray run inside Wasm guests for every script
-// reply, where each function call and allocation is expensive, so they
-// decode inline rather than through next, and allocate only strings and
-// arrays.
+// reply, where each function call and allocation is expensive: they
+// allocate only strings and arrays.
 func decodeReply(b []byte, depth int) (sdk.Reply, error) {
 	if depth > maxDepth {
 		return sdk.Reply{}, errors.New("nested too deeply")
 	}
 	var v sdk.Reply // the last value field wins, as in protobuf
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return sdk.Reply{}, protowire.ParseError(n)
+		f, rest, err := next(b)
+		if err != nil {
+			return sdk.Reply{}, err
 		}
-		b = b[n:]
+		b = rest
 		switch {
-		case typ == protowire.VarintType:
-			var u uint64
-			if u, n = protowire.ConsumeVarint(b); n < 0 {
-				return sdk.Reply{}, protowire.ParseError(n)
+		case f.isVarint() && f.num == replyNull:
+			v = sdk.Reply{}
+		case f.isVarint() && f.num == replyInt:
+			v = sdk.IntReply(f.sint())
+		case f.isBytes() && f.num == replyString:
+			v = sdk.StringReply(string(f.bytes))
+		case f.isBytes() && f.num == replyArray:
+			arr, err := decodeReplyArray(f.bytes, depth+1)
+			if err != nil {
+				return sdk.Reply{}, err
 			}
-			switch num {
-			case replyNull:
-				v = sdk.Reply{}
-			case replyInt:
-				v = sdk.IntReply(protowire.DecodeZigZag(u))
+			v = sdk.ArrayReply(arr)
+		case f.isBytes() && f.num == replyError:
+			e := &Error{}
+			if e.Class, e.Message, err = decodeStringPair(f.bytes); err != nil {
+				return sdk.Reply{}, err
 			}
-		case typ == protowire.BytesType:
-			var body []byte
-			if body, n = protowire.ConsumeBytes(b); n < 0 {
-				return sdk.Reply{}, protowire.ParseError(n)
-			}
-			switch num {
-			case replyString:
-				v = sdk.StringReply(string(body))
-			case replyArray:
-				arr, err := decodeReplyArray(body, depth+1)
-				if err != nil {
-					return sdk.Reply{}, err
-				}
-				v = sdk.ArrayReply(arr)
-			case replyError:
-				e := &Error{}
-				var err error
-				if e.Class, e.Message, err = decodeStringPair(body); err != nil {
-					return sdk.Reply{}, err
-				}
-				return sdk.Reply{}, e
-			}
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return sdk.Reply{}, protowire.ParseError(n)
-			}
+			return sdk.Reply{}, e
 		}
-		b = b[n:]
 	}
 	return v, nil
 }
@@ -128,24 +106,20 @@ func decodeReply(b []byte, depth int) (sdk.Reply, error) {
 func decodeReplyArray(b []byte, depth int) ([]sdk.Reply, error) {
 	arr := make([]sdk.Reply, 0, 8)
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
+		f, rest, err := next(b)
+		if err != nil {
+			return nil, err
 		}
-		b = b[n:]
-		if num != 1 || typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return nil, protowire.ParseError(n)
-			}
-			b = b[n:]
+		b = rest
+		if f.num != 1 || !f.isBytes() {
 			continue
 		}
-		body, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
+		// An integer element, the common case, without a further call.
+		if e := f.bytes; len(e) == 2 && e[0] == varintTag(replyInt) && e[1] < 0x80 {
+			arr = append(arr, sdk.IntReply(protowire.DecodeZigZag(uint64(e[1]))))
+			continue
 		}
-		b = b[n:]
-		e, err := decodeReply(body, depth)
+		e, err := decodeReply(f.bytes, depth)
 		if err != nil {
 			return nil, err
 		}

@@ -101,8 +101,7 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 }
 
 func appendIntValue(b []byte, v int64) []byte {
-	b = appendTag(b, valueInt, protowire.VarintType)
-	return appendVarint(b, protowire.EncodeZigZag(v))
+	return appendTagVarint(b, varintTag(valueInt), protowire.EncodeZigZag(v))
 }
 
 func appendUintValue(b []byte, v uint64) []byte {

@@ -25,18 +25,31 @@ func appendVarint(b []byte, v uint64) []byte {
 	return protowire.AppendVarint(b, v)
 }
 
+// varintTag is the one-byte tag of varint field num.
+func varintTag(num protowire.Number) byte { return byte(num)<<3 | byte(protowire.VarintType) }
+
+// appendTagVarint appends a one-byte tag and a varint in one call.
+func appendTagVarint(b []byte, tag byte, v uint64) []byte {
+	b = append(b, tag)
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
 func appendUint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	return appendVarint(appendTag(b, num, protowire.VarintType), v)
+	return appendTagVarint(b, varintTag(num), v)
 }
 
 func appendSint(b []byte, num protowire.Number, v int64) []byte {
 	if v == 0 {
 		return b
 	}
-	return appendVarint(appendTag(b, num, protowire.VarintType), protowire.EncodeZigZag(v))
+	return appendTagVarint(b, varintTag(num), protowire.EncodeZigZag(v))
 }
 
 func appendBool(b []byte, num protowire.Number, v bool) []byte {
@@ -69,11 +82,15 @@ func beginNested(b []byte, num protowire.Number) ([]byte, int) {
 // endNested writes the length of the field begun at mark, moving the body
 // when the length needs more than one byte (bodies of 128 bytes or more).
 func endNested(b []byte, mark int) []byte {
-	n := len(b) - mark - 1
-	if n < 0x80 {
+	if n := len(b) - mark - 1; n < 0x80 {
 		b[mark] = byte(n)
 		return b
 	}
+	return endLongNested(b, mark)
+}
+
+func endLongNested(b []byte, mark int) []byte {
+	n := len(b) - mark - 1
 	k := protowire.SizeVarint(uint64(n))
 	for range k - 1 {
 		b = append(b, 0)
@@ -93,8 +110,30 @@ type field struct {
 }
 
 // next decodes the field at the start of b and returns the rest.
-// Fixed-size and group fields are skipped over (f.typ tells).
+// Fixed-size and group fields are skipped over (f.typ tells). A one-byte
+// tag with a varint or a one-byte length, the common case, is decoded with
+// at most one further call.
 func next(b []byte) (f field, rest []byte, err error) {
+	if len(b) >= 2 && b[0] >= 1<<3 && b[0] < 0x80 {
+		f.num, f.typ = protowire.Number(b[0]>>3), protowire.Type(b[0]&7)
+		switch n := int(b[1]); {
+		case f.typ == protowire.VarintType && n < 0x80:
+			f.u = uint64(n)
+			return f, b[2:], nil
+		case f.typ == protowire.VarintType:
+			if v, k := protowire.ConsumeVarint(b[1:]); k > 0 {
+				f.u = v
+				return f, b[1+k:], nil
+			}
+		case f.typ == protowire.BytesType && n < 0x80 && n <= len(b)-2:
+			f.bytes = b[2 : 2+n]
+			return f, b[2+n:], nil
+		}
+	}
+	return nextSlow(b)
+}
+
+func nextSlow(b []byte) (f field, rest []byte, err error) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 {
 		return f, nil, protowire.ParseError(n)
