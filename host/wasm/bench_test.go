@@ -15,13 +15,15 @@ import (
 func BenchmarkDecide(b *testing.B) {
 	raw := map[string]any{"limit": 1 << 40, "window": "1h"}
 	w := shared(b, "bench-"+fixedwindow.Name, pluginPkg(fixedwindow.Name), wasm.Options{})
-	// The same module with the sandbox's interruptibility off, to show what
-	// it costs (wazero calls back into Go at every loop iteration).
+	// The same module stopped by wazero's WithCloseOnContextDone instead of
+	// instrumentation (it calls back into Go at every loop iteration), and
+	// with no way to stop it at all: what interruptibility costs.
+	z := shared(b, "bench-wazero-"+fixedwindow.Name, pluginPkg(fixedwindow.Name), wasm.WazeroInterruptible(wasm.Options{}))
 	u := shared(b, "bench-uninterruptible-"+fixedwindow.Name, pluginPkg(fixedwindow.Name), wasm.Uninterruptible(wasm.Options{}))
 	algs := []struct {
 		name string
 		alg  sdk.Algorithm
-	}{{"native", fixedwindow.New()}, {"wasm", w}, {"wasm-uninterruptible", u}}
+	}{{"native", fixedwindow.New()}, {"wasm", w}, {"wasm-wazero-interrupt", z}, {"wasm-uninterruptible", u}}
 	stub := &stubHost{reply: sdk.IntsReply(1, 1, 1<<40, 1<<40-1, 3600e6, 0)}
 	env := plugintest.NewEnv(b)
 	c := env.Capability()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -90,6 +91,36 @@ func TestInfiniteLoopHitsTheDeadline(t *testing.T) {
 	faulty(t, "loop", func(e *wasm.CallError) bool {
 		return errors.Is(e, context.DeadlineExceeded) && e.Func == "ruled_decide"
 	})
+}
+
+// TestLoopingGuestDoesNotStallGC shows that a guest spinning in a loop
+// leaves machine code often enough for the Go runtime to stop the world: a
+// garbage collection during the loop finishes long before the deadline
+// ends the loop (with no way back to Go, it would wait for the deadline or
+// forever).
+func TestLoopingGuestDoesNotStallGC(t *testing.T) {
+	r := newRig(t, hostile(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.decide(t, "loop")
+		done <- err
+	}()
+	time.Sleep(hostileTimeout / 8) // the guest is looping by now
+	start := time.Now()
+	runtime.GC()
+	took := time.Since(start)
+	select {
+	case err := <-done:
+		t.Fatalf("the loop ended before the collection was measured: %v", err)
+	default:
+	}
+	if took > hostileTimeout/2 {
+		t.Errorf("a garbage collection took %v while a guest looped (deadline %v)", took, hostileTimeout)
+	}
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("loop: err = %v, want the deadline", err)
+	}
+	t.Logf("GC during a looping guest: %v", took)
 }
 
 func TestPanicIsAnError(t *testing.T) {

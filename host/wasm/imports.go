@@ -10,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/wasm/internal/meter"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
 )
@@ -30,6 +31,25 @@ func hostModule(rt wazero.Runtime) wazero.HostModuleBuilder {
 		WithGoModuleFunction(api.GoModuleFunc(logLine), []api.ValueType{i32, i32, i32}, nil).
 		WithParameterNames("level", "msg", "msg_len").
 		Export(abi.ImportLog)
+}
+
+// meterModule builds the module instrumented guests call back into every
+// meter.Quantum loop iterations (package meter): tick aborts the call when
+// its context is done, and otherwise grants another quantum.
+func meterModule(rt wazero.Runtime) wazero.HostModuleBuilder {
+	return rt.NewHostModuleBuilder(meter.ImportModule).
+		NewFunctionBuilder().
+		WithGoFunction(api.GoFunc(tick), nil, []api.ValueType{api.ValueTypeI32}).
+		Export(meter.ImportName)
+}
+
+// tick implements ruled_meter.tick() -> i32.
+func tick(ctx context.Context, stack []uint64) {
+	if err := ctx.Err(); err != nil {
+		// wazero unwinds the guest and returns this as the call's error.
+		panic(fmt.Errorf("stopped: %w", err))
+	}
+	stack[0] = meter.Quantum
 }
 
 // redisEval implements ruled_v1.redis_eval(req, req_len, out, out_cap) -> i64.
@@ -133,8 +153,9 @@ const wasiModule = "wasi_snapshot_preview1"
 
 // checkModule verifies, before any instance exists, that code is a ruled
 // ABI v1 reactor and imports only functions ruled provides, with the right
-// signatures.
-func checkModule(code, wasi, ruled wazero.CompiledModule) error {
+// signatures. metered is the meter module when code has been instrumented
+// (package meter rejects modules that import it themselves), or nil.
+func checkModule(code, wasi, ruled, metered wazero.CompiledModule) error {
 	var bad []string
 	for _, f := range code.ImportedFunctions() {
 		mod, name, _ := f.Import()
@@ -144,6 +165,8 @@ func checkModule(code, wasi, ruled wazero.CompiledModule) error {
 			provider = wasi
 		case abi.ImportModule:
 			provider = ruled
+		case meter.ImportModule:
+			provider = metered
 		}
 		var want api.FunctionDefinition
 		if provider != nil {

@@ -30,6 +30,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/wasm/internal/meter"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
 )
@@ -72,9 +73,25 @@ type Options struct {
 	// stderr. Default slog.Default().
 	Logger *slog.Logger
 
-	interpreter     bool // Inspect: no machine code, a faster start
-	uninterruptible bool // tests only: measures what interruptibility costs
+	interpreter bool      // Inspect: no machine code, a faster start
+	interrupt   interrupt // tests only: another way to stop a guest
 }
+
+// interrupt is how a call past its deadline is stopped.
+type interrupt int
+
+const (
+	// interruptMetered instruments the module (package meter): the guest
+	// calls back every meter.Quantum loop iterations and the host aborts
+	// the call there.
+	interruptMetered interrupt = iota
+	// interruptWazero is wazero's WithCloseOnContextDone: the guest leaves
+	// machine code for Go at every loop iteration (benchmarks only, to show
+	// the difference).
+	interruptWazero
+	// interruptNone never stops a guest (benchmarks only).
+	interruptNone
+)
 
 func (o *Options) fill() {
 	procs := runtime.GOMAXPROCS(0)
@@ -167,7 +184,7 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 	if opts.interpreter {
 		rc = wazero.NewRuntimeConfigInterpreter()
 	}
-	rc = rc.WithCloseOnContextDone(!opts.uninterruptible).WithMemoryLimitPages(opts.MemoryLimitPages)
+	rc = rc.WithCloseOnContextDone(opts.interrupt == interruptWazero).WithMemoryLimitPages(opts.MemoryLimitPages)
 	switch {
 	case opts.Cache != nil:
 		rc = rc.WithCompilationCache(opts.Cache)
@@ -198,10 +215,22 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 	if _, err = p.rt.InstantiateModule(ctx, ruled, wazero.NewModuleConfig()); err != nil {
 		return nil, fmt.Errorf("host functions: %w", err)
 	}
+	var metered wazero.CompiledModule
+	if opts.interrupt == interruptMetered {
+		if bin, err = meter.Instrument(bin); err != nil {
+			return nil, fmt.Errorf("instrumenting for time-outs: %w", err)
+		}
+		if metered, err = meterModule(p.rt).Compile(ctx); err != nil {
+			return nil, fmt.Errorf("host functions: %w", err)
+		}
+		if _, err = p.rt.InstantiateModule(ctx, metered, wazero.NewModuleConfig()); err != nil {
+			return nil, fmt.Errorf("host functions: %w", err)
+		}
+	}
 	if p.code, err = p.rt.CompileModule(ctx, bin); err != nil {
 		return nil, fmt.Errorf("compiling: %w", err)
 	}
-	if err = checkModule(p.code, wasi, ruled); err != nil {
+	if err = checkModule(p.code, wasi, ruled, metered); err != nil {
 		return nil, err
 	}
 
