@@ -33,6 +33,8 @@ const DefaultPrefix = "ruled"
 // Options configure a Capability. The zero value is usable.
 type Options struct {
 	// Timeout bounds one script call, network included. Default DefaultTimeout.
+	// Calls that start close together share one time-out, so a call may be
+	// given up to Timeout/16 (at most 10ms) less, never more.
 	Timeout time.Duration
 	// Prefix is the first element of every key. Default DefaultPrefix.
 	Prefix string
@@ -66,14 +68,15 @@ type Options struct {
 // Capability runs plugins' scripts against one Redis deployment.
 // It is safe for concurrent use.
 type Capability struct {
-	client   redis.UniversalClient
-	scripter redis.Scripter // the client, or its autopipeliner
-	timeout  time.Duration
-	prefix   string
-	log      *slog.Logger
-	clock    func() int64
-	breaker  *breaker
-	observe  func(plugin, script string, took time.Duration, err error)
+	client    redis.UniversalClient
+	scripter  redis.Scripter // the client, or its autopipeliner
+	timeout   time.Duration
+	deadlines *deadlines // shared time-out contexts
+	prefix    string
+	log       *slog.Logger
+	clock     func() int64
+	breaker   *breaker
+	observe   func(plugin, script string, took time.Duration, err error)
 
 	isolation *Isolation
 	pipeline  *redis.AutoPipelineOptions
@@ -96,6 +99,7 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
+	c.deadlines = newDeadlines(c.timeout)
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -253,7 +257,8 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 			return nil, fmt.Errorf("capability: plugin %s: script %q declared twice", plugin, s.Name)
 		}
 		src := Prelude + s.Source
-		p.scripts[s.Name] = &script{Script: redis.NewScript(src), src: src}
+		rs := redis.NewScript(src)
+		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash()}
 	}
 	if err := CheckCommands(scripts); err != nil {
 		return nil, fmt.Errorf("capability: plugin %s: %w", plugin, err)
@@ -297,12 +302,15 @@ func (p *Plugin) KeyPrefix(rule, subject string) string {
 
 // Host returns the capability scoped to one rule and one subject.
 func (p *Plugin) Host(rule, subject string) sdk.Host {
-	return &scopedHost{p: p, prefix: p.KeyPrefix(rule, subject)}
+	return &scopedHost{p: p, rule: rule, subject: EscapeSubject(subject)}
 }
 
+// scopedHost is a Plugin scoped to one rule and subject. The key prefix
+// (KeyPrefix) is built with the keys of each call, in one allocation.
 type scopedHost struct {
-	p      *Plugin
-	prefix string
+	p       *Plugin
+	rule    string
+	subject string // escaped
 }
 
 func (h *scopedHost) Log(level sdk.Level, msg string) {
@@ -310,28 +318,62 @@ func (h *scopedHost) Log(level sdk.Level, msg string) {
 }
 
 func (h *scopedHost) Eval(ctx context.Context, script string, keys []string, args ...any) (sdk.Reply, error) {
-	return h.p.eval(ctx, h.prefix, script, keys, args)
+	return h.p.eval(ctx, h.rule, h.subject, script, keys, args)
 }
 
-func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string, args []any) (sdk.Reply, error) {
+// fullKeys returns the keys of one call under their rule and subject's
+// prefix (KeyPrefix), all in one allocation.
+func (p *Plugin) fullKeys(rule, subject string, keys []string, out []string) []string {
+	// "<ns><rule>:{<subject>}:" as KeyPrefix builds it, escaped subject.
+	plen := len(p.ns) + len(rule) + 2 + len(subject) + 2
+	n := 0
+	for _, k := range keys {
+		n += plen + len(k)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, k := range keys {
+		b.WriteString(p.ns)
+		b.WriteString(rule)
+		b.WriteString(":{")
+		b.WriteString(subject)
+		b.WriteString("}:")
+		b.WriteString(k)
+	}
+	all := b.String()
+	for _, k := range keys {
+		out = append(out, all[:plen+len(k)])
+		all = all[plen+len(k):]
+	}
+	return out
+}
+
+// eval runs one script call for a rule and an escaped subject.
+func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []string, args []any) (sdk.Reply, error) {
 	s, ok := p.scripts[script]
 	if !ok {
 		return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("script %q was not declared in Info", script)}
 	}
-	// One argument list for the whole call, as Redis receives it:
-	// EVALSHA sha numkeys key... clock arg...
-	call := make([]any, 3, 3+len(keys)+1+len(args))
-	call[0], call[1], call[2] = "evalsha", s.Hash(), len(keys)
-	var first string
-	for i, k := range keys {
+	for _, k := range keys {
 		if !validKey(k) {
 			return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("key %q: want 1-64 letters, digits, '_', '.' or '-'", k)}
 		}
-		full := prefix + k
-		if i == 0 {
-			first = full
-		}
-		call = append(call, full)
+	}
+	cb := new(callBuf)
+	full := p.fullKeys(rule, subject, keys, cb.keys[:0])
+	var first string
+	if len(full) > 0 {
+		first = full[0]
+	}
+	// One argument list for the whole call, as Redis receives it:
+	// EVALSHA sha numkeys key... clock arg...
+	call := cb.args[:0]
+	if n := 3 + len(keys) + 1 + len(args); n > len(cb.args) {
+		call = make([]any, 0, n)
+	}
+	call = append(call, "evalsha", s.hashArg, len(keys))
+	for _, k := range full {
+		call = append(call, k)
 	}
 	if p.cap.clock != nil {
 		call = append(call, strconv.FormatInt(p.cap.clock(), 10))
@@ -348,9 +390,9 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 		return sdk.Reply{}, err
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, p.cap.timeout)
+	ctx, cancel := p.cap.bound(ctx, start, cb)
 	defer cancel()
-	v, err := p.cap.run(ctx, p.scripter, s, call, len(keys))
+	v, err := p.cap.run(ctx, p.scripter, s, call, full)
 	if err != nil && err != redis.Nil {
 		err = classify(p.name, script, err)
 		unavailable := Unavailable(err) && !errors.Is(err, context.Canceled)
@@ -365,7 +407,25 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 	}
 	br.record(false, probe)
 	p.cap.observe(p.name, script, time.Since(start), nil)
-	return sdk.NewReply(v), nil
+	return reply(v), nil
+}
+
+// reply is sdk.NewReply(v) with a flat loop for the usual reply, an array
+// of integers: the same Reply, without a call per element.
+func reply(v any) sdk.Reply {
+	arr, ok := v.([]any)
+	if !ok {
+		return sdk.NewReply(v)
+	}
+	out := make([]sdk.Reply, len(arr))
+	for i, e := range arr {
+		if n, ok := e.(int64); ok {
+			out[i] = sdk.IntReply(n)
+		} else {
+			out[i] = sdk.NewReply(e)
+		}
+	}
+	return sdk.ArrayReply(out)
 }
 
 // script is a declared script: go-redis's Script (EVALSHA, EVAL on
@@ -373,20 +433,18 @@ func (p *Plugin) eval(ctx context.Context, prefix, script string, keys []string,
 type script struct {
 	*redis.Script
 	src string
+	// hashArg is the hash boxed once, for the command line of every call.
+	hashArg any
 }
 
-// run runs one script call; call is the EVALSHA command line and nkeys the
-// number of keys in it. A pipelined call is submitted to the autopipeliner's
+// run runs one script call; call is the EVALSHA command line and keys the
+// keys in it. A pipelined call is submitted to the autopipeliner's
 // deferred face and waited for with ctx, so the caller stops waiting at the
 // deadline even though the batch itself does not watch ctx.
-func (c *Capability) run(ctx context.Context, sc redis.Scripter, s *script, call []any, nkeys int) (any, error) {
+func (c *Capability) run(ctx context.Context, sc redis.Scripter, s *script, call []any, keys []string) (any, error) {
 	ap, pipelined := sc.(*redis.AutoPipeliner)
 	if !pipelined {
-		keys := make([]string, nkeys)
-		for i := range keys {
-			keys[i] = call[3+i].(string)
-		}
-		return s.Run(ctx, sc, keys, call[3+nkeys:]...).Result()
+		return s.Run(ctx, sc, keys, call[3+len(keys):]...).Result()
 	}
 	v, err := submit(ctx, ap, call)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {

@@ -24,7 +24,11 @@ type DenyCache struct {
 	perShard int
 	shards   [denyShards]denyShard
 	hits     atomic.Int64
-	now      func() time.Time
+	// entries counts the entries of every shard, so that Get on an empty
+	// cache (no rule has denied yet: the usual case) costs one atomic load
+	// instead of a hash, a lock and a map lookup.
+	entries atomic.Int64
+	now     func() time.Time
 }
 
 type denyShard struct {
@@ -65,7 +69,7 @@ func (k Key) Hash(seed maphash.Seed) uint64 { return maphash.Comparable(seed, k)
 // Get returns the cached denial for key if it still holds for a request of
 // hits, with its times moved to now.
 func (c *DenyCache) Get(key Key, hits int64) (sdk.Decision, bool) {
-	if hits <= 0 {
+	if hits <= 0 || c.entries.Load() == 0 {
 		return sdk.Decision{}, false
 	}
 	s := c.shard(key)
@@ -94,6 +98,7 @@ func (c *DenyCache) Put(key Key, hits int64, d sdk.Decision) {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	before := len(s.m)
 	if len(s.m) >= c.perShard {
 		now := c.now()
 		for k, e := range s.m {
@@ -106,12 +111,14 @@ func (c *DenyCache) Put(key Key, hits int64, d sdk.Decision) {
 		}
 	}
 	s.m[key] = denyEntry{until: c.now().Add(d.RetryAfter), hits: hits, d: d}
+	c.entries.Add(int64(len(s.m) - before))
 }
 
 // Clear forgets every entry (the rules changed).
 func (c *DenyCache) Clear() {
 	for i := range c.shards {
 		c.shards[i].mu.Lock()
+		c.entries.Add(-int64(len(c.shards[i].m)))
 		clear(c.shards[i].m)
 		c.shards[i].mu.Unlock()
 	}

@@ -47,6 +47,13 @@ func TestDenyCache(t *testing.T) {
 	if total > 64+denyShards {
 		t.Fatalf("cache holds %d entries, bound 64", total)
 	}
+	if n := c.entries.Load(); n != int64(total) {
+		t.Fatalf("entry count %d, the shards hold %d", n, total)
+	}
+	c.Clear()
+	if n := c.entries.Load(); n != 0 {
+		t.Fatalf("entry count %d after Clear", n)
+	}
 	if c.Hits() != 1 {
 		t.Fatalf("hits %d, want 1", c.Hits())
 	}

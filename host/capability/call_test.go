@@ -1,0 +1,125 @@
+package capability
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+func TestReplyMatchesNewReply(t *testing.T) {
+	for _, v := range []any{
+		nil, int64(-3), "ok", []byte("b"),
+		[]any{int64(1), int64(0), int64(1_000_000_000), int64(999), int64(3_600_000_000), int64(0)},
+		[]any{int64(1), "two", nil, []any{int64(3), "four"}, 2.5},
+		[]any{},
+	} {
+		if got, want := reply(v), sdk.NewReply(v); !reflect.DeepEqual(got, want) {
+			t.Errorf("reply(%#v) = %#v, want %#v", v, got, want)
+		}
+	}
+}
+
+func TestDeadlinesShared(t *testing.T) {
+	const timeout = 80 * time.Millisecond
+	d := newDeadlines(timeout)
+	if d.tick != timeout/16 {
+		t.Fatalf("tick %v, want %v", d.tick, timeout/16)
+	}
+	now := time.Now()
+	first := d.at(now)
+	if got := first.at.Sub(now); got != timeout {
+		t.Fatalf("first deadline %v after its call, want %v", got, timeout)
+	}
+	later := now.Add(d.tick - 1)
+	if d.at(later) != first {
+		t.Fatal("a call within the tick got its own deadline")
+	}
+	if got := first.at.Sub(later); got > timeout || got < timeout-d.tick {
+		t.Fatalf("shared deadline %v after a later call, want within (%v, %v]", got, timeout-d.tick, timeout)
+	}
+	next := d.at(now.Add(d.tick))
+	if next == first || next.at.Sub(now.Add(d.tick)) != timeout {
+		t.Fatalf("a call after the tick shares the old deadline or got %v", next.at.Sub(now.Add(d.tick)))
+	}
+	if newDeadlines(time.Hour).tick != maxDeadlineTick {
+		t.Fatalf("tick not capped at %v", maxDeadlineTick)
+	}
+}
+
+func TestBound(t *testing.T) {
+	c := New(nil, Options{Timeout: 40 * time.Millisecond})
+	type key struct{}
+
+	t.Run("uncancellable parent", func(t *testing.T) {
+		parent := context.WithValue(context.Background(), key{}, "v")
+		start := time.Now()
+		var cb callBuf
+		ctx, cancel := c.bound(parent, start, &cb)
+		defer cancel()
+		if ctx != context.Context(&cb.ctx) {
+			t.Fatalf("bound context %T, want the call's own", ctx)
+		}
+		if ctx.Value(key{}) != "v" {
+			t.Fatal("parent's value lost")
+		}
+		if dl, ok := ctx.Deadline(); !ok || dl.After(start.Add(c.timeout)) {
+			t.Fatalf("deadline %v (%v), want at most %v", dl, ok, start.Add(c.timeout))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("not done after the time-out")
+		}
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatalf("err %v, want deadline exceeded", ctx.Err())
+		}
+	})
+	t.Run("cancellable parent", func(t *testing.T) {
+		parent, stop := context.WithCancel(context.Background())
+		var cb callBuf
+		ctx, cancel := c.bound(parent, time.Now(), &cb)
+		defer cancel()
+		if _, ok := ctx.Deadline(); !ok {
+			t.Fatal("no deadline")
+		}
+		stop()
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("parent's cancellation not seen")
+		}
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("err %v, want canceled", ctx.Err())
+		}
+	})
+	t.Run("tighter parent deadline", func(t *testing.T) {
+		parent, stop := context.WithTimeout(context.Background(), time.Millisecond)
+		defer stop()
+		var cb callBuf
+		ctx, cancel := c.bound(parent, time.Now(), &cb)
+		defer cancel()
+		if ctx != parent {
+			t.Fatal("the parent's earlier deadline was not used as it is")
+		}
+	})
+}
+
+func TestFullKeysMatchKeyPrefix(t *testing.T) {
+	p, err := New(nil, Options{}).Register("p", []sdk.Script{{Name: "s", Source: "return 1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{"10.0.0.1", "", "user {42} with spaces", "#x"} {
+		keys := []string{"c", "d", "e", "f", "g"}
+		got := p.fullKeys("rule", EscapeSubject(subject), keys, nil)
+		for i, k := range keys {
+			if want := p.KeyPrefix("rule", subject) + k; got[i] != want {
+				t.Errorf("subject %q key %q: %q, want %q", subject, k, got[i], want)
+			}
+		}
+	}
+}
