@@ -10,14 +10,17 @@ import (
 // a string (status replies included), or an array of replies.
 // Lua numbers become integers (truncated); Lua tables become arrays.
 //
-// Values are held unboxed, so that building and reading a reply of
-// integers allocates nothing but the array (this matters most inside Wasm
-// guests, where every allocation is expensive).
+// Values are held unboxed, and an array of integers (what most scripts
+// return) as one []int64, so that building and reading such a reply with
+// Len and Index allocates nothing but that slice (this matters most inside
+// Wasm guests, where every allocation is expensive). Compare replies with
+// Equal: the same array may be held either way.
 type Reply struct {
 	kind ReplyKind
 	n    int64
 	s    string
 	arr  []Reply
+	ints []int64 // the elements of an array of integers, when arr is nil
 }
 
 // ReplyKind is what a Reply holds.
@@ -59,24 +62,42 @@ func NewReply(v any) Reply {
 	case []Reply:
 		return ArrayReply(t)
 	case []any:
+		if ints, ok := allInts(t); ok {
+			return IntsReply(ints...)
+		}
 		arr := make([]Reply, len(t))
 		for i, e := range t {
 			arr[i] = NewReply(e)
 		}
 		return ArrayReply(arr)
 	case []int64:
-		arr := make([]Reply, len(t))
-		for i, e := range t {
-			arr[i] = IntReply(e)
-		}
-		return ArrayReply(arr)
+		return IntsReply(t...)
 	default:
 		return StringReply(fmt.Sprint(t))
 	}
 }
 
-// IntsReply builds an array reply of integers.
-func IntsReply(vs ...int64) Reply { return NewReply(vs) }
+// allInts returns vs as integers if every element is an int64.
+func allInts(vs []any) ([]int64, bool) {
+	for _, v := range vs {
+		if _, ok := v.(int64); !ok {
+			return nil, false
+		}
+	}
+	ints := make([]int64, len(vs))
+	for i, v := range vs {
+		ints[i] = v.(int64)
+	}
+	return ints, true
+}
+
+// IntsReply returns an array reply of integers, held as vs (not copied).
+func IntsReply(vs ...int64) Reply {
+	if vs == nil {
+		vs = []int64{} // an empty array, not nil
+	}
+	return Reply{kind: ReplyArray, ints: vs}
+}
 
 // Kind returns what the reply holds.
 func (r Reply) Kind() ReplyKind { return r.kind }
@@ -89,7 +110,8 @@ func (r Reply) Value() any {
 	case ReplyString:
 		return r.s
 	case ReplyArray:
-		return r.arr
+		arr, _ := r.Array()
+		return arr
 	default:
 		return nil
 	}
@@ -131,26 +153,79 @@ func (r Reply) Str() (string, error) {
 	}
 }
 
-// Array returns the elements of an array reply.
+// Array returns the elements of an array reply. For an array of integers
+// it builds the slice; Len and Index read any array without allocating.
 func (r Reply) Array() ([]Reply, error) {
 	if r.kind != ReplyArray {
 		return nil, fmt.Errorf("sdk: reply %v is not an array", r.Value())
 	}
-	return r.arr, nil
+	if r.ints == nil {
+		return r.arr, nil
+	}
+	arr := make([]Reply, len(r.ints))
+	for i, n := range r.ints {
+		arr[i] = IntReply(n)
+	}
+	return arr, nil
 }
 
-// Ints returns an array reply whose elements are all integers, and checks
-// that it has at least min elements.
+// Len returns the number of elements of an array reply, 0 for any other.
+func (r Reply) Len() int {
+	if r.ints != nil {
+		return len(r.ints)
+	}
+	return len(r.arr)
+}
+
+// Index returns element i of an array reply. Like indexing a slice, it
+// panics when i is out of range (or r is not an array).
+func (r Reply) Index(i int) Reply {
+	if r.ints != nil {
+		return IntReply(r.ints[i])
+	}
+	return r.arr[i]
+}
+
+// Equal reports whether r and o hold the same value: the same kind and the
+// same integer, string or elements.
+func (r Reply) Equal(o Reply) bool {
+	if r.kind != o.kind {
+		return false
+	}
+	switch r.kind {
+	case ReplyInt:
+		return r.n == o.n
+	case ReplyString:
+		return r.s == o.s
+	case ReplyArray:
+		if r.Len() != o.Len() {
+			return false
+		}
+		for i := range r.Len() {
+			if !r.Index(i).Equal(o.Index(i)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Ints returns an array reply whose elements are all integers (or strings
+// that parse as integers), and checks that it has at least min elements.
+// The slice is the caller's.
 func (r Reply) Ints(min int) ([]int64, error) {
-	arr, err := r.Array()
-	if err != nil {
-		return nil, err
+	if r.kind != ReplyArray {
+		return nil, fmt.Errorf("sdk: reply %v is not an array", r.Value())
 	}
-	if len(arr) < min {
-		return nil, fmt.Errorf("sdk: reply has %d elements, want at least %d", len(arr), min)
+	if n := r.Len(); n < min {
+		return nil, fmt.Errorf("sdk: reply has %d elements, want at least %d", n, min)
 	}
-	out := make([]int64, len(arr))
-	for i, e := range arr {
+	if r.ints != nil {
+		return append([]int64(nil), r.ints...), nil
+	}
+	out := make([]int64, len(r.arr))
+	for i, e := range r.arr {
+		var err error
 		if out[i], err = e.Int64(); err != nil {
 			return nil, fmt.Errorf("sdk: element %d: %w", i, err)
 		}
@@ -165,17 +240,20 @@ func (r Reply) Ints(min int) ([]int64, error) {
 //
 // Times are integer microseconds. window is copied into Decision.Window.
 func DecisionFromReply(r Reply, window time.Duration) (Decision, error) {
-	arr, err := r.Array()
-	if err == nil && len(arr) < 6 {
-		err = fmt.Errorf("sdk: reply has %d elements, want at least 6", len(arr))
-	}
-	if err != nil {
-		return Decision{}, fmt.Errorf("decision reply: %w", err)
-	}
 	var v [7]int64 // on the stack: no allocation per decision
-	for i := range min(len(arr), len(v)) {
-		if v[i], err = arr[i].Int64(); err != nil {
-			return Decision{}, fmt.Errorf("decision reply: sdk: element %d: %w", i, err)
+	switch n := r.Len(); {
+	case r.kind != ReplyArray:
+		return Decision{}, fmt.Errorf("decision reply: sdk: reply %v is not an array", r.Value())
+	case n < 6:
+		return Decision{}, fmt.Errorf("decision reply: sdk: reply has %d elements, want at least 6", n)
+	case r.ints != nil:
+		copy(v[:], r.ints)
+	default:
+		for i := range min(n, len(v)) {
+			var err error
+			if v[i], err = r.arr[i].Int64(); err != nil {
+				return Decision{}, fmt.Errorf("decision reply: sdk: element %d: %w", i, err)
+			}
 		}
 	}
 	d := Decision{

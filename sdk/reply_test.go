@@ -83,3 +83,51 @@ func TestReadingADecisionDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocations", n)
 	}
 }
+
+// An array of integers may be held as []int64 (IntsReply, and what the
+// decoders build) or as []Reply (ArrayReply): both read and compare alike.
+func TestIntegerArraysReadAlikeEitherWay(t *testing.T) {
+	ints := sdk.IntsReply(7, -1, 1<<40)
+	elems := sdk.ArrayReply([]sdk.Reply{sdk.IntReply(7), sdk.IntReply(-1), sdk.IntReply(1 << 40)})
+	for _, r := range []sdk.Reply{ints, elems, sdk.NewReply([]any{int64(7), int64(-1), int64(1 << 40)})} {
+		if r.Kind() != sdk.ReplyArray || r.Len() != 3 || !r.Equal(ints) || !ints.Equal(r) || !r.Equal(elems) {
+			t.Fatalf("%#v: kind %d, len %d, not equal to the other forms", r, r.Kind(), r.Len())
+		}
+		if n, err := r.Index(2).Int64(); err != nil || n != 1<<40 {
+			t.Errorf("Index(2) = %d, %v", n, err)
+		}
+		arr, err := r.Array()
+		if err != nil || !reflect.DeepEqual(arr, []sdk.Reply{sdk.IntReply(7), sdk.IntReply(-1), sdk.IntReply(1 << 40)}) {
+			t.Errorf("Array() = %#v, %v", arr, err)
+		}
+		got, err := r.Ints(3)
+		if err != nil || !reflect.DeepEqual(got, []int64{7, -1, 1 << 40}) {
+			t.Errorf("Ints(3) = %v, %v", got, err)
+		}
+		got[0] = 99 // the caller's copy
+		if n, _ := r.Index(0).Int64(); n != 7 {
+			t.Errorf("changing Ints' result changed the reply: %d", n)
+		}
+		if _, err := r.Ints(4); err == nil {
+			t.Error("Ints(4) of three elements did not fail")
+		}
+	}
+	for _, c := range []struct{ a, b sdk.Reply }{
+		{ints, sdk.IntsReply(7, -1)},
+		{ints, sdk.IntsReply(7, -1, 0)},
+		{elems, sdk.ArrayReply([]sdk.Reply{sdk.IntReply(7), sdk.StringReply("-1"), sdk.IntReply(1 << 40)})},
+		{sdk.IntReply(1), sdk.StringReply("1")},
+		{sdk.Reply{}, sdk.IntReply(0)},
+		{sdk.IntsReply(), sdk.Reply{}},
+	} {
+		if c.a.Equal(c.b) || c.b.Equal(c.a) {
+			t.Errorf("%#v and %#v compare equal", c.a.Value(), c.b.Value())
+		}
+	}
+	if e := sdk.IntsReply(); e.Kind() != sdk.ReplyArray || e.Len() != 0 || !e.Equal(sdk.ArrayReply(nil)) {
+		t.Errorf("an empty IntsReply is %#v", e)
+	}
+	if n := sdk.IntReply(3).Len(); n != 0 {
+		t.Errorf("Len of an integer = %d", n)
+	}
+}

@@ -3,25 +3,11 @@ package capability
 import (
 	"context"
 	"errors"
-	"reflect"
 	"testing"
 	"time"
 
 	"github.com/ruled-dev/ruled/sdk"
 )
-
-func TestReplyMatchesNewReply(t *testing.T) {
-	for _, v := range []any{
-		nil, int64(-3), "ok", []byte("b"),
-		[]any{int64(1), int64(0), int64(1_000_000_000), int64(999), int64(3_600_000_000), int64(0)},
-		[]any{int64(1), "two", nil, []any{int64(3), "four"}, 2.5},
-		[]any{},
-	} {
-		if got, want := reply(v), sdk.NewReply(v); !reflect.DeepEqual(got, want) {
-			t.Errorf("reply(%#v) = %#v, want %#v", v, got, want)
-		}
-	}
-}
 
 func TestDeadlinesShared(t *testing.T) {
 	const timeout = 80 * time.Millisecond

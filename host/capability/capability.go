@@ -407,25 +407,7 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 	}
 	br.record(false, probe)
 	p.cap.observe(p.name, script, time.Since(start), nil)
-	return reply(v), nil
-}
-
-// reply is sdk.NewReply(v) with a flat loop for the usual reply, an array
-// of integers: the same Reply, without a call per element.
-func reply(v any) sdk.Reply {
-	arr, ok := v.([]any)
-	if !ok {
-		return sdk.NewReply(v)
-	}
-	out := make([]sdk.Reply, len(arr))
-	for i, e := range arr {
-		if n, ok := e.(int64); ok {
-			out[i] = sdk.IntReply(n)
-		} else {
-			out[i] = sdk.NewReply(e)
-		}
-	}
-	return sdk.ArrayReply(out)
+	return sdk.NewReply(v), nil
 }
 
 // script is a declared script: go-redis's Script (EVALSHA, EVAL on

@@ -66,14 +66,14 @@ func TestRepliesMatchTheABICodec(t *testing.T) {
 		sdk.NewReply([]any{int64(1), "two", nil, []any{int64(3), []any{}}}),
 	} {
 		got, err := ReplyFromPB(ReplyToPB(r))
-		if err != nil || !reflect.DeepEqual(got, r) {
+		if err != nil || !got.Equal(r) {
 			t.Errorf("%v: round trip gave %v, %v", r, got, err)
 		}
 		wire, err := proto.Marshal(ReplyToPB(r))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fromWire, err := abi.DecodeReply(wire); err != nil || !reflect.DeepEqual(fromWire, r) {
+		if fromWire, err := abi.DecodeReply(wire); err != nil || !fromWire.Equal(r) {
 			t.Errorf("%v: abi.DecodeReply of the generated encoding gave %v, %v", r, fromWire, err)
 		}
 	}

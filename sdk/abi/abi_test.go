@@ -233,7 +233,7 @@ func TestReplyRoundTripAndSchema(t *testing.T) {
 	r := sdk.NewReply([]any{int64(1), "two", nil, []any{int64(-4), strings.Repeat("x", 300)}, []any{}})
 	b := abi.AppendReply(nil, r)
 	got, err := abi.DecodeReply(b)
-	if err != nil || !reflect.DeepEqual(got, r) {
+	if err != nil || !got.Equal(r) {
 		t.Fatalf("round trip: %#v, %v", got, err)
 	}
 	var pb abipb.Reply
@@ -247,7 +247,7 @@ func TestReplyRoundTripAndSchema(t *testing.T) {
 	}
 	for _, single := range []sdk.Reply{sdk.NewReply(nil), sdk.NewReply(int64(0)), sdk.NewReply("")} {
 		got, err := abi.DecodeReply(abi.AppendReply(nil, single))
-		if err != nil || !reflect.DeepEqual(got, single) {
+		if err != nil || !got.Equal(single) {
 			t.Fatalf("%#v: %#v %v", single, got, err)
 		}
 	}
@@ -448,7 +448,7 @@ func FuzzDecodersAgreeWithProtobuf(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Reply %x: %v", canonical, err)
 		}
-		if want := replyOf(&reply); !reflect.DeepEqual(got.Value(), want.Value()) {
+		if want := replyOf(&reply); !got.Equal(want) {
 			t.Fatalf("Reply %x: codec %v, protobuf-go %v", canonical, got.Value(), want.Value())
 		}
 	})

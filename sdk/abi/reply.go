@@ -29,12 +29,11 @@ func AppendReply(b []byte, r sdk.Reply) []byte {
 		str, _ := r.Str()
 		return appendStringAlways(b, replyString, str)
 	case sdk.ReplyArray:
-		arr, _ := r.Array()
 		b, mark := beginNested(b, replyArray)
-		for _, e := range arr {
+		for i := range r.Len() {
 			var m int
 			b, m = beginNested(b, 1)
-			b = AppendReply(b, e)
+			b = AppendReply(b, r.Index(i))
 			b = endNested(b, m)
 		}
 		return endNested(b, mark)
@@ -87,11 +86,9 @@ func decodeReply(b []byte, depth int) (sdk.Reply, error) {
 		case f.isBytes() && f.num == replyString:
 			v = sdk.StringReply(string(f.bytes))
 		case f.isBytes() && f.num == replyArray:
-			arr, err := decodeReplyArray(f.bytes, depth+1)
-			if err != nil {
+			if v, err = decodeReplyArray(f.bytes, depth+1); err != nil {
 				return sdk.Reply{}, err
 			}
-			v = sdk.ArrayReply(arr)
 		case f.isBytes() && f.num == replyError:
 			e := &Error{}
 			if e.Class, e.Message, err = decodeStringPair(f.bytes); err != nil {
@@ -103,27 +100,50 @@ func decodeReply(b []byte, depth int) (sdk.Reply, error) {
 	return v, nil
 }
 
-func decodeReplyArray(b []byte, depth int) ([]sdk.Reply, error) {
-	arr := make([]sdk.Reply, 0, 8)
+// decodeReplyArray decodes an array's elements: into one []int64 while
+// they are integers (an sdk.IntsReply, the common case), into []sdk.Reply
+// from the first element that is not.
+func decodeReplyArray(b []byte, depth int) (sdk.Reply, error) {
+	ints := make([]int64, 0, 8)
+	var arr []sdk.Reply
 	for len(b) > 0 {
 		f, rest, err := next(b)
 		if err != nil {
-			return nil, err
+			return sdk.Reply{}, err
 		}
 		b = rest
 		if f.num != 1 || !f.isBytes() {
 			continue
 		}
-		// An integer element, the common case, without a further call.
-		if e := f.bytes; len(e) == 2 && e[0] == varintTag(replyInt) && e[1] < 0x80 {
-			arr = append(arr, sdk.IntReply(protowire.DecodeZigZag(uint64(e[1]))))
-			continue
+		// An element that is exactly one integer field, without decodeReply.
+		if e := f.bytes; arr == nil && len(e) >= 2 && e[0] == varintTag(replyInt) {
+			if len(e) == 2 && e[1] < 0x80 {
+				ints = append(ints, protowire.DecodeZigZag(uint64(e[1])))
+				continue
+			}
+			if v, n := protowire.ConsumeVarint(e[1:]); n == len(e)-1 {
+				ints = append(ints, protowire.DecodeZigZag(v))
+				continue
+			}
 		}
 		e, err := decodeReply(f.bytes, depth)
 		if err != nil {
-			return nil, err
+			return sdk.Reply{}, err
+		}
+		if arr == nil {
+			if n, err := e.Int64(); err == nil && e.Kind() == sdk.ReplyInt {
+				ints = append(ints, n)
+				continue
+			}
+			arr = make([]sdk.Reply, len(ints), len(ints)+4)
+			for i, n := range ints {
+				arr[i] = sdk.IntReply(n)
+			}
 		}
 		arr = append(arr, e)
 	}
-	return arr, nil
+	if arr != nil {
+		return sdk.ArrayReply(arr), nil
+	}
+	return sdk.IntsReply(ints...), nil
 }
