@@ -45,6 +45,7 @@ func ArrayReply(elems []Reply) Reply { return Reply{kind: ReplyArray, arr: elems
 
 // NewReply converts a decoded Redis value (nil, int64, string, []any, or an
 // already built Reply) into a Reply. Other types become their string form.
+// A []int64 or []Reply is held, not copied.
 func NewReply(v any) Reply {
 	switch t := v.(type) {
 	case nil:
