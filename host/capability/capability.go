@@ -297,7 +297,26 @@ func (p *Plugin) Preload(ctx context.Context) error {
 // KeyPrefix returns the prefix of every key of one rule and subject:
 // "<prefix>:<plugin>:<rule>:{<subject>}:". Rule names are validated at load.
 func (p *Plugin) KeyPrefix(rule, subject string) string {
-	return p.ns + rule + ":{" + EscapeSubject(subject) + "}:"
+	subject = EscapeSubject(subject)
+	var b strings.Builder
+	b.Grow(p.prefixLen(rule, subject))
+	p.writePrefix(&b, rule, subject)
+	return b.String()
+}
+
+// prefixLen is the length of the key prefix of rule and an escaped subject.
+func (p *Plugin) prefixLen(rule, subject string) int {
+	return len(p.ns) + len(rule) + len(":{") + len(subject) + len("}:")
+}
+
+// writePrefix writes the key prefix of rule and an escaped subject; it is
+// the one place that knows the key layout.
+func (p *Plugin) writePrefix(b *strings.Builder, rule, subject string) {
+	b.WriteString(p.ns)
+	b.WriteString(rule)
+	b.WriteString(":{")
+	b.WriteString(subject)
+	b.WriteString("}:")
 }
 
 // Host returns the capability scoped to one rule and one subject.
@@ -324,8 +343,7 @@ func (h *scopedHost) Eval(ctx context.Context, script string, keys []string, arg
 // fullKeys returns the keys of one call under their rule and subject's
 // prefix (KeyPrefix), all in one allocation.
 func (p *Plugin) fullKeys(rule, subject string, keys []string, out []string) []string {
-	// "<ns><rule>:{<subject>}:" as KeyPrefix builds it, escaped subject.
-	plen := len(p.ns) + len(rule) + 2 + len(subject) + 2
+	plen := p.prefixLen(rule, subject)
 	n := 0
 	for _, k := range keys {
 		n += plen + len(k)
@@ -333,11 +351,7 @@ func (p *Plugin) fullKeys(rule, subject string, keys []string, out []string) []s
 	var b strings.Builder
 	b.Grow(n)
 	for _, k := range keys {
-		b.WriteString(p.ns)
-		b.WriteString(rule)
-		b.WriteString(":{")
-		b.WriteString(subject)
-		b.WriteString("}:")
+		p.writePrefix(&b, rule, subject)
 		b.WriteString(k)
 	}
 	all := b.String()

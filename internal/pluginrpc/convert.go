@@ -215,15 +215,17 @@ func ArgsFromPB(vs []*abipb.Value) ([]any, error) {
 
 // ReplyToPB converts a script's reply.
 func ReplyToPB(r sdk.Reply) *abipb.Reply {
-	switch t := r.Value().(type) {
-	case int64:
-		return &abipb.Reply{Kind: &abipb.Reply_IntValue{IntValue: t}}
-	case string:
-		return &abipb.Reply{Kind: &abipb.Reply_StringValue{StringValue: []byte(t)}}
-	case []sdk.Reply:
-		elems := make([]*abipb.Reply, len(t))
-		for i, e := range t {
-			elems[i] = ReplyToPB(e)
+	switch r.Kind() {
+	case sdk.ReplyInt:
+		n, _ := r.Int64()
+		return &abipb.Reply{Kind: &abipb.Reply_IntValue{IntValue: n}}
+	case sdk.ReplyString:
+		str, _ := r.Str()
+		return &abipb.Reply{Kind: &abipb.Reply_StringValue{StringValue: []byte(str)}}
+	case sdk.ReplyArray:
+		elems := make([]*abipb.Reply, r.Len())
+		for i := range elems {
+			elems[i] = ReplyToPB(r.Index(i))
 		}
 		return &abipb.Reply{Kind: &abipb.Reply_ArrayValue{ArrayValue: &abipb.ReplyArray{Elems: elems}}}
 	default:

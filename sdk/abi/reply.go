@@ -131,7 +131,8 @@ func decodeReplyArray(b []byte, depth int) (sdk.Reply, error) {
 			return sdk.Reply{}, err
 		}
 		if arr == nil {
-			if n, err := e.Int64(); err == nil && e.Kind() == sdk.ReplyInt {
+			if e.Kind() == sdk.ReplyInt {
+				n, _ := e.Int64()
 				ints = append(ints, n)
 				continue
 			}

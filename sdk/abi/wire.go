@@ -28,7 +28,11 @@ func appendVarint(b []byte, v uint64) []byte {
 // varintTag is the one-byte tag of varint field num.
 func varintTag(num protowire.Number) byte { return byte(num)<<3 | byte(protowire.VarintType) }
 
-// appendTagVarint appends a one-byte tag and a varint in one call.
+// appendTagVarint appends a one-byte tag and a varint. It encodes the
+// varint itself rather than calling protowire.AppendVarint (same bytes;
+// abi_test reads them back with protobuf-go) so that it inlines with no
+// call at all: inside a Go Wasm guest, where every call is expensive, a
+// decision costs about 3 µs more with the call (A/B, 12 runs each).
 func appendTagVarint(b []byte, tag byte, v uint64) []byte {
 	b = append(b, tag)
 	for v >= 0x80 {
