@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,7 +62,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.trusted, "trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDRs whose X-Forwarded-*/X-Real-IP headers /v1/auth believes; empty trusts none")
 	fs.BoolVar(&c.watch, "watch", true, "reload the rules when files in their directory change")
 	fs.BoolVar(&c.pipeline, "redis-pipeline", true, "coalesce the Redis calls of concurrent decisions into pipelines")
-	fs.BoolVar(&c.isolate, "redis-acl", true, "run each plugin's scripts as its own Redis ACL user (its keys and declared commands only); needs ACL SETUSER rights, else the lines to run are logged")
+	fs.BoolVar(&c.isolate, "redis-acl", true, "run each plugin's scripts as its own Redis ACL user (its keys and declared commands only), never as ruled's own; without ACL SETUSER rights the lines to run are logged and plugin rules follow on_error until the users exist")
 	fs.StringVar(&c.grpcListen, "grpc-listen", "", "gRPC listen address for Envoy's rate limit service (off when empty)")
 	fs.StringVar(&c.debugListen, "debug-listen", "", "listen address for pprof under /debug/pprof/, apart from the API (off when empty; keep it on loopback)")
 	fs.StringVar(&c.builtins, "builtins", builtinsNative, "how the built-in plugins run: native (linked in) or wasm (each through the Wasm driver, from --plugins-dir)")
@@ -141,7 +142,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		capOpts.Pipeline = redis.DefaultBlockingAutoPipelineOptions()
 	}
 	if c.isolate {
-		capOpts.Isolation = &capability.Isolation{ClientAs: st.ClientAs}
+		capOpts.Isolation = &capability.Isolation{ClientAs: st.ClientAs, ForEachReplica: st.ForEachReplica}
 	}
 	cap := capability.New(st.Client(), capOpts)
 	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: m,
@@ -172,9 +173,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	cancel()
 
 	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
-	hbDone := make(chan struct{})
-	go func() { defer close(hbDone); engine.RunHeartbeat(hbCtx, instanceID(), host.DefaultHeartbeat) }()
-	defer func() { stopHeartbeat(); <-hbDone }() // deregister before the store closes
+	var background sync.WaitGroup
+	background.Go(func() { engine.RunHeartbeat(hbCtx, instanceID(), host.DefaultHeartbeat) })
+	// The backstop that keeps the plugins' ACL users on every node.
+	background.Go(func() { cap.Reconcile(hbCtx, capability.DefaultReconcileEvery) })
+	defer func() { stopHeartbeat(); background.Wait() }() // deregister before the store closes
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {

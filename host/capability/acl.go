@@ -15,15 +15,32 @@ import (
 // its own keys (~<prefix>:<plugin>:*) and exactly the commands its scripts
 // declare, so that no plugin can touch another's keys or run what it did
 // not declare. Redis enforces it inside scripts.
+//
+// Redis keeps ACL users per node and forgets them when it restarts; a
+// replica promoted by Sentinel or Cluster has only what was set on it. So
+// the users are reconciled, never assumed: set up on every node when a
+// plugin registers, set up again (and the call retried once) when a call
+// finds its user missing, and re-applied on every node by Reconcile. A
+// plugin's script never runs on the shared connection: while its user
+// cannot be set up, its calls fail with ClassIsolation.
 type Isolation struct {
 	// ClientAs returns a client of the same Redis that authenticates as
 	// user with password (host/store's Store.ClientAs).
 	ClientAs func(user, password string) (redis.UniversalClient, error)
+	// ForEachReplica, when set, calls fn with a client of every replica
+	// that may be promoted (host/store's Store.ForEachReplica for
+	// Sentinel). Without it, a Cluster's replicas are the ones the Cluster
+	// client knows; other deployments have none.
+	ForEachReplica func(ctx context.Context, fn func(ctx context.Context, node *redis.Client) error) error
 }
 
 // connectionCommands are what a go-redis connection itself needs: the
 // handshake, health checks and, on a Cluster, the topology.
-var connectionCommands = []string{"hello", "auth", "ping", "client|setinfo", "select", "readonly",
+// SELECT is not among them: with it a script could write its namespace in
+// another database. A plugin user gets it only when ruled itself uses a
+// database other than 0 (its connections must select it).
+// CLIENT SETINFO is left out as well: go-redis ignores its refusal.
+var connectionCommands = []string{"hello", "auth", "ping",
 	"cluster|slots", "cluster|shards", "cluster|nodes", "evalsha", "eval", "time"}
 
 // forbidden are commands a plugin may never declare: they reach beyond its
@@ -65,6 +82,9 @@ func CheckCommands(scripts []sdk.Script) error {
 // its declared commands and what a connection needs, nothing else.
 func (c *Capability) ACLSetUser(plugin string, scripts []sdk.Script) []string {
 	cmds := slices.Clone(connectionCommands)
+	if c.db != 0 {
+		cmds = append(cmds, "select")
+	}
 	for _, s := range scripts {
 		for _, cmd := range s.Commands {
 			cmds = append(cmds, strings.ToLower(cmd))
@@ -77,44 +97,6 @@ func (c *Capability) ACLSetUser(plugin string, scripts []sdk.Script) []string {
 		args = append(args, "+"+cmd)
 	}
 	return args
-}
-
-// isolate sets up the plugin's ACL user on every node and returns a client
-// that runs as it. When ruled may not run ACL SETUSER, it returns the
-// shared client and an error that says what the operator must run.
-func (c *Capability) isolate(ctx context.Context, plugin string, scripts []sdk.Script) (redis.UniversalClient, error) {
-	args := c.ACLSetUser(plugin, scripts)
-	var err error
-	for range connectionCommands {
-		if err = c.setUser(ctx, args); err == nil {
-			break
-		}
-		// An older Redis lacks some of the connection commands (CLIENT
-		// SETINFO came in 7.2): drop the one it names and try again.
-		bad, ok := unknownModifier(err)
-		if !ok || !slices.Contains(connectionCommands, strings.TrimPrefix(bad, "+")) {
-			break
-		}
-		args = slices.DeleteFunc(args, func(a string) bool { return a == bad })
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ACL SETUSER for plugin %s failed (%v); plugin isolation is off until an operator runs: %s",
-			plugin, err, strings.Join(args, " "))
-	}
-	return c.isolation.ClientAs(ACLUser(plugin), "ruled")
-}
-
-func (c *Capability) setUser(ctx context.Context, args []string) error {
-	cmd := make([]any, len(args))
-	for i, a := range args {
-		cmd[i] = a
-	}
-	if cc, ok := c.client.(*redis.ClusterClient); ok {
-		return cc.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
-			return node.Do(ctx, cmd...).Err()
-		})
-	}
-	return c.client.Do(ctx, cmd...).Err()
 }
 
 // unknownModifier returns the modifier an "Unknown command" ACL error names.

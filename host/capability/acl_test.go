@@ -2,6 +2,7 @@ package capability_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +70,7 @@ func TestForbiddenCommandsCannotBeDeclared(t *testing.T) {
 	}
 }
 
-func TestWithoutACLRightsIsolationIsOffWithAWarning(t *testing.T) {
+func TestWithoutACLRightsPluginsFailClosedUntilTheOperatorActs(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	// ruled connects as a user that may run scripts but not ACL SETUSER.
@@ -84,13 +85,186 @@ func TestWithoutACLRightsIsolationIsOffWithAWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Isolated() {
-		t.Fatal("isolated without ACL rights")
+	if p.Isolated() || c.IsolationErr() == nil {
+		t.Fatal("isolation reported in place without ACL rights")
 	}
-	if !strings.Contains(logged.String(), "ACL SETUSER ruled-plugin-p reset on nopass ~ruled:p:* resetchannels -@all") {
+	line := "ACL SETUSER ruled-plugin-p reset on nopass ~ruled:p:* resetchannels -@all"
+	if !strings.Contains(logged.String(), line) {
 		t.Fatalf("the operator is not told what to run:\n%s", logged.String())
 	}
-	if _, err := p.Host("r", "s").Eval(ctx, "s", []string{"n"}); err != nil {
-		t.Fatalf("the plugin still works, unisolated: %v", err)
+	h := p.Host("r", "s")
+	if _, err := h.Eval(ctx, "s", []string{"n"}); capability.ClassOf(err) != capability.ClassIsolation {
+		t.Fatalf("call without the plugin's user: %v, want class isolation", err)
+	}
+	if n, _ := srv.Client().Exists(ctx, "ruled:p:r:{s}:n").Result(); n != 0 {
+		t.Fatal("the script ran without its ACL user")
+	}
+	// The operator runs the logged line (without the modifiers this Redis
+	// does not know, which the log leaves out too).
+	logs := logged.String()
+	start := strings.Index(logs, line)
+	end := strings.IndexAny(logs[start:], "\"]\n")
+	args := []any{}
+	for _, a := range strings.Fields(logs[start : start+end]) {
+		args = append(args, a)
+	}
+	if err := srv.Client().Do(ctx, args...).Err(); err != nil {
+		t.Fatalf("the logged line %q: %v", logs[start:start+end], err)
+	}
+	if r, err := h.Eval(ctx, "s", []string{"n"}); err != nil {
+		t.Fatalf("after the operator set the user up: %v", err)
+	} else if n, _ := r.Int64(); n != 1 {
+		t.Fatalf("INCR answered %v", r.Value())
+	}
+}
+
+// userExists reports whether srv knows the ACL user.
+func userExists(t *testing.T, srv *redistest.Server, user string) bool {
+	t.Helper()
+	users, err := srv.Client().Do(context.Background(), "ACL", "USERS").StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(users, user)
+}
+
+// TestIsolationFollowsARestartedRedis: a restarted Redis has forgotten the
+// plugin users; the first call after it answers again sets them up and
+// succeeds, as the plugin's own user (another namespace stays out of reach).
+func TestIsolationFollowsARestartedRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := newCap(t, srv, capability.Options{Timeout: time.Second, Isolation: isolation(t, srv)})
+	p, err := c.Register("p", []sdk.Script{
+		{Name: "incr", Source: `return redis.call('INCR', KEYS[1])`, Commands: []string{"INCR"}},
+		{Name: "other", Source: `return redis.call('INCR', 'ruled:q:r:{s}:k')`, Commands: []string{"INCR"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.Host("r", "s")
+	if _, err := h.Eval(ctx, "incr", []string{"n"}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	if userExists(t, srv, capability.ACLUser("p")) {
+		t.Fatal("the restarted Redis still has the plugin user: the test proves nothing")
+	}
+	// The pooled connections died with the server: go-redis may spend a
+	// call or two finding that out (class connection), never more.
+	var r sdk.Reply
+	for i := 0; ; i++ {
+		if r, err = h.Eval(ctx, "incr", []string{"n"}); err == nil {
+			break
+		}
+		if capability.ClassOf(err) != capability.ClassConnection || i == 2 {
+			t.Fatalf("call %d after the restart: %v", i, err)
+		}
+	}
+	if n, _ := r.Int64(); n != 1 {
+		t.Fatalf("INCR on the empty Redis answered %v", r.Value())
+	}
+	if !userExists(t, srv, capability.ACLUser("p")) || !p.Isolated() {
+		t.Fatal("the plugin user was not set up again")
+	}
+	if _, err := h.Eval(ctx, "other", []string{"n"}); capability.ClassOf(err) != capability.ClassScript {
+		t.Fatalf("another namespace after the repair: %v, want an ACL script error", err)
+	}
+}
+
+// TestRedisDownAtRegisterFailsClosed: a plugin registered while Redis is
+// down never runs without its user; once Redis is up, calls work, isolated.
+func TestRedisDownAtRegisterFailsClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	ctx := context.Background()
+	var logged strings.Builder
+	c := newCap(t, srv, capability.Options{Timeout: 200 * time.Millisecond, Isolation: isolation(t, srv), Logger: newTextLogger(&logged)})
+	p, err := c.Register("p", []sdk.Script{{Name: "incr", Source: `return redis.call('INCR', KEYS[1])`, Commands: []string{"INCR"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Isolated() || c.IsolationErr() == nil {
+		t.Fatal("isolation reported in place while Redis is down")
+	}
+	if !strings.Contains(logged.String(), "plugin isolation not in place") {
+		t.Fatalf("no warning:\n%s", logged.String())
+	}
+	srv.Restart()
+	h := p.Host("r", "s")
+	var r sdk.Reply
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if r, err = h.Eval(ctx, "incr", []string{"n"}); err == nil {
+			break
+		}
+		if c := capability.ClassOf(err); c == capability.ClassScript || c == capability.ClassRefused {
+			t.Fatalf("call once Redis is up: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls still fail 3s after Redis came up: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, _ := r.Int64(); n != 1 || !p.Isolated() || !userExists(t, srv, capability.ACLUser("p")) {
+		t.Fatalf("INCR %v, isolated %v", r.Value(), p.Isolated())
+	}
+}
+
+// TestReconcileRestoresUsersNoCallVisits: with no calls at all, Reconcile
+// puts the users back on a Redis that lost them.
+func TestReconcileRestoresUsersNoCallVisits(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newCap(t, srv, capability.Options{Timeout: time.Second, Isolation: isolation(t, srv)})
+	if _, err := c.Register("p", []sdk.Script{{Name: "s", Source: `return 1`}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Reconcile(ctx, 100*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	srv.Restart()
+	deadline := time.Now().Add(2 * time.Second)
+	for !userExists(t, srv, capability.ACLUser("p")) {
+		if time.Now().After(deadline) {
+			t.Fatal("Reconcile did not set the user up again within 2s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPluginUsersMayNotSelect: SELECT would let a script write its
+// namespace in another database.
+func TestPluginUsersMayNotSelect(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := newCap(t, srv, capability.Options{Timeout: time.Second, Isolation: isolation(t, srv)})
+	p, err := c.Register("p", []sdk.Script{{Name: "s", Source: `redis.call('SELECT', 1); return redis.call('INCR', KEYS[1])`, Commands: []string{"INCR"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Host("r", "s").Eval(ctx, "s", []string{"n"}); capability.ClassOf(err) != capability.ClassScript {
+		t.Fatalf("SELECT in a script: %v, want an ACL script error", err)
+	}
+	if n, _ := srv.Client().Do(ctx, "DBSIZE").Int64(); n != 0 {
+		t.Fatalf("database 0 holds %d keys", n)
+	}
+}
+
+// TestARefusedScriptIsNeverRunTwice: a script that wrote and then hit an
+// ACL refusal is a plugin bug, not a missing user: it is not retried.
+func TestARefusedScriptIsNeverRunTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := newCap(t, srv, capability.Options{Timeout: time.Second, Isolation: isolation(t, srv)})
+	p, err := c.Register("p", []sdk.Script{{Name: "s", Source: `redis.call('INCR', KEYS[1]); return redis.call('SET', KEYS[1], 0)`, Commands: []string{"INCR"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Host("r", "s").Eval(ctx, "s", []string{"n"}); capability.ClassOf(err) != capability.ClassScript {
+		t.Fatalf("undeclared SET: %v, want class script", err)
+	}
+	if n, _ := srv.Client().Get(ctx, "ruled:p:r:{s}:n").Int64(); n != 1 {
+		t.Fatalf("the counter is %d: the script ran %d times", n, n)
 	}
 }

@@ -52,9 +52,10 @@ type Options struct {
 	// OnAvailability, when set, is called when Redis becomes unavailable
 	// (false: the circuit opened) and available again (true).
 	OnAvailability func(available bool)
-	// Isolation, when set, runs each plugin's scripts as its own ACL user.
-	// Where ruled may not create the users, Register logs the ACL SETUSER
-	// lines for the operator and warns that isolation is off.
+	// Isolation, when set, runs each plugin's scripts as its own ACL user,
+	// and never as the shared client: while a plugin's user cannot be set
+	// up (Redis down, or ruled may not run ACL SETUSER: the log then shows
+	// the lines to run), its calls fail with ClassIsolation.
 	Isolation *Isolation
 	// Pipeline coalesces the script calls of concurrent decisions into Redis
 	// pipelines (go-redis autopipelining) when set. Each decision still
@@ -78,8 +79,9 @@ type Capability struct {
 	breaker   *breaker
 	observe   func(plugin, script string, took time.Duration, err error)
 
-	isolation *Isolation
-	pipeline  *redis.AutoPipelineOptions
+	acl      *provisioner // nil when isolation is off
+	db       int          // the database the client selects
+	pipeline *redis.AutoPipelineOptions
 
 	breakerFailures int
 	breakerCooldown time.Duration
@@ -94,14 +96,20 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 	if c.observe == nil {
 		c.observe = func(string, string, time.Duration, error) {}
 	}
-	c.isolation, c.pipeline = opts.Isolation, opts.Pipeline
-	c.scripter = c.scripterFor(client)
+	c.pipeline = opts.Pipeline
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
 	c.deadlines = newDeadlines(c.timeout)
 	if c.log == nil {
 		c.log = slog.Default()
+	}
+	c.scripter = c.scripterFor(client)
+	if rc, ok := client.(*redis.Client); ok {
+		c.db = rc.Options().DB
+	}
+	if opts.Isolation != nil {
+		c.acl = newProvisioner(opts.Isolation, client, c.log, c.timeout, c.scripterFor)
 	}
 	if c.prefix == "" || strings.ContainsAny(c.prefix, "{}*?[]\\ ") {
 		// Braces would move the hash tag and glob bytes would break Reset
@@ -231,9 +239,8 @@ type Plugin struct {
 	scripts map[string]*script
 	log     *slog.Logger
 	// scripter runs the plugin's scripts: as its own ACL user when
-	// isolated, else the capability's shared one.
+	// isolation is on, else the capability's shared one.
 	scripter redis.Scripter
-	isolated bool
 }
 
 // Register declares a plugin's scripts. Names must be valid and scripts
@@ -264,21 +271,24 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		return nil, fmt.Errorf("capability: plugin %s: %w", plugin, err)
 	}
 	p.scripter = c.scripter
-	if c.isolation != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*c.timeout)
-		client, err := c.isolate(ctx, plugin, scripts)
-		cancel()
+	if c.acl != nil {
+		r, err := c.acl.add(ACLUser(plugin), c.ACLSetUser(plugin, scripts))
 		if err != nil {
-			c.log.Warn("plugin isolation off", "plugin", plugin, "err", err)
-		} else {
-			p.scripter, p.isolated = c.scripterFor(client), true
+			return nil, fmt.Errorf("capability: plugin %s: %w", plugin, err)
 		}
+		p.scripter = r.scripter
+		// Set the user up now, so that the first decisions need no
+		// repair; when Redis is not there yet, calls and Reconcile do it.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*c.timeout)
+		_ = c.acl.ensure(ctx, time.Now(), true)
+		cancel()
 	}
 	return p, nil
 }
 
-// Isolated reports whether the plugin's scripts run as its own ACL user.
-func (p *Plugin) Isolated() bool { return p.isolated }
+// Isolated reports whether the plugin's scripts run as its own ACL user and
+// that user was set up on every master by the last provisioning pass.
+func (p *Plugin) Isolated() bool { return p.cap.acl != nil && p.cap.acl.err() == nil }
 
 // Name returns the plugin's name.
 func (p *Plugin) Name() string { return p.name }
@@ -407,6 +417,20 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 	ctx, cancel := p.cap.bound(ctx, start, cb)
 	defer cancel()
 	v, err := p.cap.run(ctx, p.scripter, s, call, full)
+	if err != nil && p.cap.acl != nil && aclDenied(err) {
+		if authFailure(err) {
+			// The node does not know the plugin's user (restarted,
+			// promoted, added) or has a stale one, and the script did not
+			// run: set the users up and try once more.
+			_ = p.cap.acl.ensure(ctx, start, false)
+			v, err = p.cap.run(ctx, p.scripter, s, call, full)
+		} else {
+			// Refused inside the script, which may have written before:
+			// never run it twice. A stale user is set up again for the
+			// next calls.
+			p.cap.acl.kick(start)
+		}
+	}
 	if err != nil && err != redis.Nil {
 		err = classify(p.name, script, err)
 		unavailable := Unavailable(err) && !errors.Is(err, context.Canceled)

@@ -25,10 +25,19 @@ const (
 	// ClassConnection: Redis could not be reached or the connection broke.
 	ClassConnection Class = "connection"
 	// ClassScript: Redis ran the script and it failed (a Lua error, a bad
-	// argument, a permission the plugin's ACL user lacks).
+	// argument, a permission the plugin's ACL user lacks): a plugin bug.
 	ClassScript Class = "script"
-	// ClassRefused: the host refused the call (undeclared script, bad key).
+	// ClassRefused: the host refused the call (undeclared script, bad key):
+	// a plugin bug.
 	ClassRefused Class = "refused"
+	// ClassIsolation: the plugin's ACL user is missing or wrong on the node
+	// and ruled could not set it up; the script did not run.
+	ClassIsolation Class = "isolation"
+	// ClassBusy: Redis is busy running a script past its time limit (BUSY)
+	// and refuses other commands until the script ends or is killed.
+	ClassBusy Class = "busy"
+	// ClassOOM: Redis refused a write because it is at maxmemory (OOM).
+	ClassOOM Class = "oom"
 )
 
 // Error is a failed capability call.
@@ -70,6 +79,12 @@ func classify(plugin, script string, err error) error {
 		e.Class = ClassTimeout
 	case errors.Is(err, context.Canceled):
 		e.Class = ClassTimeout
+	case errors.As(err, &rerr) && authFailure(err):
+		e.Class = ClassIsolation
+	case errors.As(err, &rerr) && redis.HasErrorPrefix(err, "BUSY"):
+		e.Class = ClassBusy
+	case errors.As(err, &rerr) && redis.HasErrorPrefix(err, "OOM"):
+		e.Class = ClassOOM
 	case errors.As(err, &rerr) && !isConnReply(err):
 		e.Class = ClassScript
 	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
@@ -79,6 +94,31 @@ func classify(plugin, script string, err error) error {
 		e.Class = ClassConnection
 	}
 	return e
+}
+
+// authFailure reports replies that say the connection's user is missing
+// or may not run the call itself: WRONGPASS at AUTH (the user does not
+// exist on this node), or NOPERM for the EVALSHA/EVAL command line.
+// A permission error raised inside a script is a plugin's (ClassScript).
+func authFailure(err error) bool {
+	if redis.HasErrorPrefix(err, "WRONGPASS") {
+		return true
+	}
+	if !redis.HasErrorPrefix(err, "NOPERM") {
+		return false
+	}
+	msg := err.Error()
+	return (strings.Contains(msg, "'evalsha'") || strings.Contains(msg, "'eval'")) && !strings.Contains(msg, "script:")
+}
+
+// aclDenied reports any ACL refusal, at AUTH, for the command line or
+// inside a script (Redis 7.0 words the last one differently from 7.2).
+func aclDenied(err error) bool {
+	if authFailure(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "user executing the script can't")
 }
 
 // isConnReply reports server replies that mean "not available right now"

@@ -63,18 +63,14 @@ func outcomeIndex(o host.Outcome) int {
 // pluginMetrics.errs.
 var classes = [...]capability.Class{
 	capability.ClassTimeout, capability.ClassConnection, capability.ClassScript, capability.ClassRefused,
+	capability.ClassIsolation, capability.ClassBusy, capability.ClassOOM,
 }
 
 func classIndex(c capability.Class) int {
-	switch c {
-	case capability.ClassTimeout:
-		return 0
-	case capability.ClassConnection:
-		return 1
-	case capability.ClassScript:
-		return 2
-	case capability.ClassRefused:
-		return 3
+	for i, k := range classes {
+		if k == c {
+			return i
+		}
 	}
 	return -1
 }

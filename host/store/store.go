@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -309,4 +311,62 @@ func (s *Store) Close() error {
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
+}
+
+// ForEachReplica calls fn with a client of every replica that Redis could
+// promote to serve ruled's keys: on a Cluster, each replica the client
+// knows; with Sentinel, each replica the first Sentinel that answers lists
+// (a client made for the call and closed after it, with the master's
+// credentials and time-outs). Standalone and managed deployments have none.
+// It returns the errors joined; fn runs on one replica at a time.
+func (s *Store) ForEachReplica(ctx context.Context, fn func(ctx context.Context, node *redis.Client) error) error {
+	switch s.kind {
+	case KindCluster:
+		return s.client.(*redis.ClusterClient).ForEachSlave(ctx, fn)
+	case KindSentinel:
+		addrs, err := s.sentinelReplicas(ctx)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, addr := range addrs {
+			opt := s.client.(*redis.Client).Options()
+			cp := *opt
+			cp.Addr, cp.Dialer, cp.OnConnect = addr, nil, nil
+			c := redis.NewClient(&cp)
+			if err := fn(ctx, c); err != nil {
+				errs = append(errs, fmt.Errorf("replica %s: %w", addr, err))
+			}
+			_ = c.Close()
+		}
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// sentinelReplicas asks the Sentinels, in turn, for the addresses of the
+// master's replicas that are up.
+func (s *Store) sentinelReplicas(ctx context.Context) ([]string, error) {
+	fo := s.ep.failover
+	var errs []error
+	for _, addr := range fo.SentinelAddrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Username: fo.SentinelUsername, Password: fo.SentinelPassword,
+			TLSConfig: fo.TLSConfig, DialTimeout: s.dialTO, ReadTimeout: fo.ReadTimeout, WriteTimeout: fo.WriteTimeout,
+			ContextTimeoutEnabled: true, MaxRetries: -1})
+		reps, err := sc.Replicas(ctx, fo.MasterName).Result()
+		_ = sc.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sentinel %s: %w", addr, err))
+			continue
+		}
+		var out []string
+		for _, r := range reps {
+			if strings.Contains(r["flags"], "down") || strings.Contains(r["flags"], "disconnected") {
+				continue
+			}
+			out = append(out, net.JoinHostPort(r["ip"], r["port"]))
+		}
+		return out, nil
+	}
+	return nil, errors.Join(errs...)
 }

@@ -1,0 +1,297 @@
+package main
+
+// The fault matrix: the real ruled binary, in its default configuration
+// (managed Redis or an external one, ACL isolation on, default rule
+// settings), through Redis faults. For each fault it asserts that decisions
+// follow on_error while the fault lasts, each within its time-out; that
+// normal decisions come back by themselves within a stated bound; that the
+// plugins' ACL users are in place on the node that serves; that nothing
+// panics.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	ruledBinOnce sync.Once
+	ruledBin     string
+	ruledBinErr  error
+)
+
+// buildRuled builds this package's binary once per test run, as users run it.
+func buildRuled(t *testing.T) string {
+	t.Helper()
+	ruledBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ruled-bin-")
+		if err != nil {
+			ruledBinErr = err
+			return
+		}
+		ruledBin = filepath.Join(dir, "ruled")
+		out, err := exec.Command("go", "build", "-o", ruledBin, ".").CombinedOutput()
+		if err != nil {
+			ruledBinErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if ruledBinErr != nil {
+		t.Fatal(ruledBinErr)
+	}
+	return ruledBin
+}
+
+// faultRules are the rule files of the matrix: a fixed window of 3 per
+// minute on path /open (default on_error: allow) and on /closed
+// (on_error: deny), each per client IP.
+const faultRules = `rules:
+  - name: open
+    when: request.path == "/open"
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 3, window: 1m}
+  - name: closed
+    when: request.path == "/closed"
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 3, window: 1m}
+    on_error: deny
+`
+
+// daemon is one ruled process under test.
+type daemon struct {
+	t       *testing.T
+	base    string
+	dataDir string
+	log     *lockedBuffer
+	cmd     *exec.Cmd
+	exited  chan struct{}
+}
+
+// startDaemon starts the binary with `serve --rules <faultRules>` on a free
+// port plus args, and waits until /readyz answers 200.
+func startDaemon(t *testing.T, args ...string) *daemon {
+	t.Helper()
+	bin := buildRuled(t)
+	dir := t.TempDir()
+	rules := writeFile(t, dir, "rules.yaml", faultRules)
+	// A short directory: the managed socket path must fit in sun_path.
+	dataDir, err := os.MkdirTemp("", "rf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
+	addr := freePort(t)
+	d := &daemon{t: t, base: "http://" + addr, dataDir: dataDir, log: &lockedBuffer{}, exited: make(chan struct{})}
+	all := append([]string{"serve", "--rules", rules, "--listen", addr, "--data-dir", dataDir}, args...)
+	d.cmd = exec.Command(bin, all...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	d.cmd.Env = os.Environ()
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = d.cmd.Wait(); close(d.exited) }()
+	t.Cleanup(d.stop)
+	d.waitReady(15 * time.Second)
+	return d
+}
+
+// stop ends the daemon with SIGTERM and checks that it stopped cleanly and
+// never panicked.
+func (d *daemon) stop() {
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+		d.t.Error("ruled did not stop within 15s of SIGINT")
+	}
+	if logs := d.log.String(); strings.Contains(logs, "panic") || strings.Contains(logs, "DATA RACE") {
+		d.t.Errorf("ruled's log shows a panic or a race:\n%s", tail(logs, 40))
+	}
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-lines):], "\n")
+}
+
+// waitReady waits until /readyz answers 200.
+func (d *daemon) waitReady(within time.Duration) {
+	d.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get(d.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("not ready within %v: %v\n%s", within, err, tail(d.log.String(), 30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// verdict is one /v1/check answer.
+type verdict struct {
+	status   int
+	took     time.Duration
+	degraded string // the rule's "degraded" field: "", "allow", "deny", "local"
+	errText  string
+}
+
+// check asks about one request on path from ip.
+func (d *daemon) check(path, ip string) verdict {
+	d.t.Helper()
+	body := fmt.Sprintf(`{"request": {"ip": %q, "path": %q}}`, ip, path)
+	start := time.Now()
+	resp, err := http.Post(d.base+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		d.t.Fatalf("check: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	v := verdict{status: resp.StatusCode, took: time.Since(start)}
+	var r struct {
+		Results []struct {
+			Degraded string `json:"degraded"`
+			Error    string `json:"error"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || len(r.Results) != 1 {
+		d.t.Fatalf("check %s: %d %s", path, resp.StatusCode, b)
+	}
+	v.degraded, v.errText = r.Results[0].Degraded, r.Results[0].Error
+	return v
+}
+
+// managedClient returns an administrative client of the managed
+// redis-server, through its socket.
+func (d *daemon) managedClient() *redis.Client {
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: filepath.Join(d.dataDir, "redis.sock"), MaxRetries: -1})
+	d.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// checkLimits asserts normal decisions on a fresh subject: on both paths,
+// three requests admitted and the fourth denied by Redis, none degraded.
+func (d *daemon) checkLimits(ip string) {
+	d.t.Helper()
+	for _, path := range []string{"/open", "/closed"} {
+		var got []string
+		for range 4 {
+			v := d.check(path, ip)
+			got = append(got, fmt.Sprintf("%d%s", v.status, v.degraded))
+		}
+		if strings.Join(got, " ") != "200 200 200 429" {
+			d.t.Fatalf("%s from %s: %v, want normal decisions 200 200 200 429", path, ip, got)
+		}
+	}
+}
+
+// recoverAfter sends requests from fresh subjects until decisions are
+// normal again and returns how long that took from since. While the fault
+// lasts, every answer must follow on_error (degraded allow on /open,
+// degraded deny with 503 on /closed) within its time-out, or be normal.
+func (d *daemon) recoverAfter(since time.Time, bound time.Duration) time.Duration {
+	d.t.Helper()
+	const perCall = time.Second // the 250 ms Redis time-out, with room for a loaded machine
+	for i := 0; ; i++ {
+		ip := fmt.Sprintf("198.51.100.%d", i%250)
+		open, closed := d.check("/open", ip), d.check("/closed", ip)
+		for _, v := range []verdict{open, closed} {
+			if v.took > perCall {
+				d.t.Errorf("a decision took %v during the fault, over %v", v.took, perCall)
+			}
+		}
+		switch {
+		case open.status == 200 && open.degraded == "" && closed.status == 200 && closed.degraded == "":
+			return time.Since(since)
+		case open.status != 200 || (open.degraded != "" && open.degraded != "allow"):
+			d.t.Fatalf("/open during the fault: %d degraded=%q, want 200 degraded allow", open.status, open.degraded)
+		case closed.degraded != "" && (closed.status != 503 || closed.degraded != "deny"):
+			d.t.Fatalf("/closed during the fault: %d degraded=%q (%s), want 503 degraded deny", closed.status, closed.degraded, closed.errText)
+		}
+		if time.Since(since) > bound {
+			d.t.Fatalf("decisions still degraded %v after the fault began (/open %q: %s; /closed %q: %s)\n%s",
+				bound, open.degraded, open.errText, closed.degraded, closed.errText, tail(d.log.String(), 30))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// assertUsers asserts that the node c talks to has the built-in plugins'
+// ACL users, and that ruled's decisions on it run as them.
+func assertUsers(t *testing.T, c *redis.Client) {
+	t.Helper()
+	users, err := c.Do(context.Background(), "ACL", "USERS").StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(users, " "), "ruled-plugin-fixedwindow") {
+		t.Fatalf("ACL users on the serving node: %v, want ruled-plugin-fixedwindow", users)
+	}
+	// The script ran as the plugin's user: Redis counts the user's
+	// successful authentications in the ACL log only on failure, so look
+	// at the connected clients instead.
+	list, err := c.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(list, "user=ruled-plugin-fixedwindow") {
+		t.Fatalf("no connection of ruled-plugin-fixedwindow on the serving node:\n%s", list)
+	}
+}
+
+// TestFaultManagedRedisKilled is the newcomer's case: `ruled serve` with
+// no --redis, the managed redis-server killed with SIGKILL. ruled restarts
+// it (empty, without the plugin users); decisions follow on_error while it
+// is down and are normal again, isolated, within 3 s, with nobody acting.
+func TestFaultManagedRedisKilled(t *testing.T) {
+	d := startDaemon(t)
+	d.checkLimits("203.0.113.1")
+	admin := d.managedClient()
+	assertUsers(t, admin)
+	info, err := admin.Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "process_id:"); ok {
+			fmt.Sscan(v, &pid)
+		}
+	}
+	p, err := os.FindProcess(pid)
+	if pid == 0 || err != nil {
+		t.Fatalf("managed redis-server pid %d: %v", pid, err)
+	}
+	killed := time.Now()
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	took := d.recoverAfter(killed, 3*time.Second)
+	t.Logf("normal decisions %v after the managed redis-server was killed", took.Round(time.Millisecond))
+	d.checkLimits("203.0.113.2")
+	assertUsers(t, admin)
+	if !bytes.Contains([]byte(d.log.String()), []byte("managed redis-server restarted")) {
+		t.Fatalf("no restart in the log:\n%s", tail(d.log.String(), 30))
+	}
+	d.waitReady(2 * time.Second)
+}
