@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/internal/redistest"
 )
 
 var (
@@ -294,4 +296,99 @@ func TestFaultManagedRedisKilled(t *testing.T) {
 		t.Fatalf("no restart in the log:\n%s", tail(d.log.String(), 30))
 	}
 	d.waitReady(2 * time.Second)
+}
+
+// metric returns the value of an unlabelled metric from /metrics.
+func (d *daemon) metric(name string) string {
+	d.t.Helper()
+	_, body := httpGet(d.t, d.base+"/metrics")
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return v
+		}
+	}
+	d.t.Fatalf("no %s in /metrics", name)
+	return ""
+}
+
+// readyIs waits until /readyz answers want (200 or 503) and ruled_redis_up
+// says the same, and returns how long that took.
+func (d *daemon) readyIs(want int, within time.Duration) time.Duration {
+	d.t.Helper()
+	start := time.Now()
+	up := map[int]string{200: "1", 503: "0"}[want]
+	for {
+		code, body := httpGet(d.t, d.base+"/readyz")
+		if code == want && d.metric("ruled_redis_up") == up {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			d.t.Fatalf("/readyz %d (%s), ruled_redis_up %s %v after the fault changed; want %d and %s",
+				code, body, d.metric("ruled_redis_up"), within, want, up)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFaultExternalRedisRestartedEmpty: an external Redis restarts with
+// nothing (no persistence): its plugin users are gone.
+func TestFaultExternalRedisRestartedEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	d := startDaemon(t, "--redis", srv.URL())
+	d.checkLimits("203.0.113.1")
+	assertUsers(t, srv.Client())
+	restarted := time.Now()
+	srv.Restart()
+	took := d.recoverAfter(restarted, 3*time.Second)
+	t.Logf("normal decisions %v after the restart", took.Round(time.Millisecond))
+	d.checkLimits("203.0.113.2")
+	assertUsers(t, srv.Client())
+	d.readyIs(200, 3*time.Second)
+}
+
+// TestFaultExternalRedisRestartedWithAOF: the data comes back from the
+// append-only file, the ACL users do not; the counters carry on.
+func TestFaultExternalRedisRestartedWithAOF(t *testing.T) {
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	d := startDaemon(t, "--redis", srv.URL())
+	d.checkLimits("203.0.113.1")
+	restarted := time.Now()
+	srv.Restart()
+	took := d.recoverAfter(restarted, 3*time.Second)
+	t.Logf("normal decisions %v after the restart", took.Round(time.Millisecond))
+	// The subject used up before the restart is still used up: the data
+	// survived, and Redis (not on_error) says so.
+	for _, path := range []string{"/open", "/closed"} {
+		if v := d.check(path, "203.0.113.1"); v.status != 429 || v.degraded != "" {
+			t.Fatalf("%s after an AOF restart: %d degraded=%q, want a normal 429", path, v.status, v.degraded)
+		}
+	}
+	assertUsers(t, srv.Client())
+}
+
+// TestFaultExternalRedisPaused: a Redis that stops answering (SIGSTOP)
+// turns /readyz to 503 and ruled_redis_up to 0 within 2 s, though no call
+// is made; decisions follow on_error within their time-out; once it answers
+// again, both turn back by themselves.
+func TestFaultExternalRedisPaused(t *testing.T) {
+	srv := redistest.Start(t)
+	d := startDaemon(t, "--redis", srv.URL())
+	d.readyIs(200, 2*time.Second)
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	took := d.readyIs(503, 2*time.Second)
+	t.Logf("not ready %v after Redis stopped answering", took.Round(time.Millisecond))
+	for _, path := range []string{"/open", "/closed"} {
+		v := d.check(path, "203.0.113.9")
+		want := map[string]string{"/open": "200allow", "/closed": "503deny"}[path]
+		if got := fmt.Sprintf("%d%s", v.status, v.degraded); got != want || v.took > time.Second {
+			t.Fatalf("%s while Redis is paused: %s after %v, want %s within 1s", path, got, v.took, want)
+		}
+	}
+	resumed := time.Now()
+	srv.Resume()
+	took = d.readyIs(200, 2*time.Second)
+	t.Logf("ready %v after Redis answered again", took.Round(time.Millisecond))
+	d.recoverAfter(resumed, 3*time.Second)
+	d.checkLimits("203.0.113.3")
 }

@@ -177,14 +177,20 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	background.Go(func() { engine.RunHeartbeat(hbCtx, instanceID(), host.DefaultHeartbeat) })
 	// The backstop that keeps the plugins' ACL users on every node.
 	background.Go(func() { cap.Reconcile(hbCtx, capability.DefaultReconcileEvery) })
+	// Health is measured, not remembered: /readyz and ruled_redis_up follow it.
+	background.Go(func() { cap.Probe(hbCtx, capability.DefaultProbeEvery) })
 	defer func() { stopHeartbeat(); background.Wait() }() // deregister before the store closes
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.listen, err)
 	}
-	// Ready: Redis answers a PING and every plugin can decide.
-	ready := func(ctx context.Context) error { return errors.Join(st.Ping(ctx), engine.PluginsReady()) }
+	// Ready: decisions can be made normally (docs/operations.md, Health):
+	// the last probe found every master answering, the plugins' ACL users
+	// are in place, and every plugin can decide.
+	ready := func(context.Context) error {
+		return errors.Join(cap.RedisErr(), cap.IsolationErr(), engine.PluginsReady())
+	}
 	srv := httpapi.NewServer(httpapi.New(httpapi.Options{
 		Checker:        engine,
 		Ready:          ready,

@@ -2,8 +2,10 @@ package capability_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -267,4 +269,48 @@ func TestARefusedScriptIsNeverRunTwice(t *testing.T) {
 	if n, _ := srv.Client().Get(ctx, "ruled:p:r:{s}:n").Int64(); n != 1 {
 		t.Fatalf("the counter is %d: the script ran %d times", n, n)
 	}
+}
+
+// TestProbeFollowsRedisAndRestoresUsersAfterARestart: the probe, not the
+// calls, says whether Redis answers; a master with a new run_id gets the
+// plugin users again before any call needs them.
+func TestProbeFollowsRedisAndRestoresUsersAfterARestart(t *testing.T) {
+	srv := redistest.Start(t)
+	var mu sync.Mutex
+	var changes []bool
+	c := newCap(t, srv, capability.Options{Timeout: 100 * time.Millisecond, Isolation: isolation(t, srv),
+		OnAvailability: func(up bool) { mu.Lock(); changes = append(changes, up); mu.Unlock() }})
+	if c.RedisErr() == nil {
+		t.Fatal("RedisErr is nil before any probe")
+	}
+	if _, err := c.Register("p", []sdk.Script{{Name: "s", Source: `return 1`}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Probe(ctx, 50*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 2s: %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitUntil("the first probe", func() bool { return c.RedisErr() == nil })
+	srv.Pause()
+	waitUntil("a failed probe of the paused Redis", func() bool { return c.RedisErr() != nil })
+	srv.Resume()
+	waitUntil("a probe that finds Redis again", func() bool { return c.RedisErr() == nil })
+	mu.Lock()
+	got := fmt.Sprint(changes)
+	mu.Unlock()
+	if got != "[true false true]" {
+		t.Fatalf("OnAvailability calls %s, want [true false true]", got)
+	}
+	srv.Restart()
+	waitUntil("the plugin user on the restarted Redis, with no call", func() bool { return userExists(t, srv, capability.ACLUser("p")) })
 }

@@ -49,8 +49,9 @@ type Options struct {
 	// BreakerCooldown is how long an open circuit fails calls at once
 	// before one probe tries Redis again (default DefaultBreakerCooldown).
 	BreakerCooldown time.Duration
-	// OnAvailability, when set, is called when Redis becomes unavailable
-	// (false: the circuit opened) and available again (true).
+	// OnAvailability, when set, is called with the first result of Probe
+	// and whenever it changes: false when a master stopped answering its
+	// probe, true when every master answers again. Calls do not move it.
 	OnAvailability func(available bool)
 	// Isolation, when set, runs each plugin's scripts as its own ACL user,
 	// and never as the shared client: while a plugin's user cannot be set
@@ -77,6 +78,7 @@ type Capability struct {
 	log       *slog.Logger
 	clock     func() int64
 	breaker   *breaker
+	health    health // what Probe found
 	observe   func(plugin, script string, took time.Duration, err error)
 
 	acl      *provisioner // nil when isolation is off
@@ -133,16 +135,12 @@ func (c *Capability) newBreaker(node string) *breaker {
 		if node != "" {
 			attrs = append(attrs, "node", node)
 		}
-		var n int32
 		if open {
 			c.log.Warn("redis unavailable: circuit open; rules decide by their on_error policy", attrs...)
-			n = c.openCircuits.Add(1)
+			c.openCircuits.Add(1)
 		} else {
 			c.log.Info("redis available again: circuit closed", attrs...)
-			n = c.openCircuits.Add(-1)
-		}
-		if c.onAvailability != nil && ((open && n == 1) || (!open && n == 0)) {
-			c.onAvailability(!open)
+			c.openCircuits.Add(-1)
 		}
 	})
 }

@@ -155,9 +155,8 @@ func TestTimeoutAndBreaker(t *testing.T) {
 
 func testTimeoutAndBreaker(t *testing.T, pipe *redis.AutoPipelineOptions) {
 	srv := redistest.Start(t)
-	var changes []bool
 	c := newCap(t, srv, capability.Options{Timeout: 100 * time.Millisecond, BreakerFailures: 2, BreakerCooldown: 100 * time.Millisecond,
-		Pipeline: pipe, OnAvailability: func(up bool) { changes = append(changes, up) }})
+		Pipeline: pipe})
 	p, _ := c.Register("p", []sdk.Script{nowScript})
 	h := p.Host("r", "s")
 	if _, err := h.Eval(context.Background(), "now", nil); err != nil {
@@ -183,8 +182,8 @@ func testTimeoutAndBreaker(t *testing.T, pipe *redis.AutoPipelineOptions) {
 	if _, err := h.Eval(context.Background(), "now", nil); err != nil {
 		t.Fatalf("half-open probe: %v", err)
 	}
-	if !c.Available() || len(changes) != 2 || changes[0] || !changes[1] {
-		t.Fatalf("available %v, changes %v", c.Available(), changes)
+	if !c.Available() {
+		t.Fatal("breaker still open after a call succeeded")
 	}
 }
 

@@ -164,7 +164,7 @@ func New(o Options) *Metrics {
 		}, []string{"plugin"}),
 		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ruled_redis_up",
-			Help: "1 while the Redis circuit breaker is closed (Redis answers), 0 while it is open.",
+			Help: "1 while the last active probe (INFO server every second, on every master) found Redis answering, else 0.",
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ruled_rule_reloads_total",
@@ -375,7 +375,7 @@ type Stats struct {
 	Time time.Time `json:"time"`
 	// Version is ruled's version.
 	Version string `json:"version"`
-	// RedisUp is ruled_redis_up: the circuit breaker is closed.
+	// RedisUp is ruled_redis_up: the last probe found every master answering.
 	RedisUp bool `json:"redis_up"`
 	// Instances is ruled_instances.
 	Instances int64 `json:"instances"`

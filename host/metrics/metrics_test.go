@@ -72,6 +72,11 @@ func newRig(t *testing.T) *rig {
 	if _, err := e.Load(path); err != nil {
 		t.Fatal(err)
 	}
+	// ruled_redis_up follows the active probe, as ruled serve runs it.
+	ctx, cancel := context.WithCancel(context.Background())
+	probed := make(chan struct{})
+	go func() { defer close(probed); cap.Probe(ctx, 20*time.Millisecond) }()
+	t.Cleanup(func() { cancel(); <-probed })
 	srv := httptest.NewServer(m.Handler())
 	t.Cleanup(srv.Close)
 	return &rig{m: m, e: e, rs: rs, client: client, srv: srv, rules: path}
@@ -215,6 +220,11 @@ func TestScrapeAfterKnownTraffic(t *testing.T) {
 		t.Errorf("redis errors after the kill: %v, want 3 (the breaker threshold)\n%s", errs, grep(body, "ruled_redis_errors_total"))
 	}
 	want(t, s, `ruled_plugin_errors_total{plugin="fixedwindow"}`, 0)
+	// The probe, not the calls, finds Redis gone.
+	for deadline := time.Now().Add(2 * time.Second); s[`ruled_redis_up`] != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		_, s = r.scrape(t)
+	}
 	want(t, s, `ruled_redis_up`, 0)
 	want(t, s, `ruled_decisions_total{outcome="degraded_allow",rule="x"}`, 5)
 	want(t, s, `ruled_decisions_total{outcome="allowed",rule="x"}`, 5)

@@ -1,0 +1,137 @@
+package capability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultProbeEvery is how often Probe asks every master whether it serves.
+const DefaultProbeEvery = time.Second
+
+// errNotProbed is RedisErr's answer before the first probe ended.
+var errNotProbed = errors.New("redis not probed yet")
+
+// health is what the last probe found.
+type health struct {
+	mu      sync.Mutex
+	err     error             // nil while every master answered
+	runIDs  map[string]string // master address → run_id, to see restarts and switches
+	up      bool              // what OnAvailability was last told
+	started bool              // OnAvailability was called at least once
+}
+
+// Probe asks every master for INFO server each interval (DefaultProbeEvery
+// when every <= 0) until ctx ends, each within the capability's time-out.
+// Its result is RedisErr, and it calls Options.OnAvailability when it
+// changes. A master that answers with a new run_id restarted or is another
+// server (a Sentinel switch, a Cluster promotion): the plugin users are set
+// up on every node at once, before a call has to find them missing.
+func (c *Capability) Probe(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		every = DefaultProbeEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		c.probeOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probeOnce runs one probe of every master.
+func (c *Capability) probeOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var mu sync.Mutex
+	ids := map[string]string{}
+	probe := func(ctx context.Context, node *redis.Client) error {
+		info, err := node.Info(ctx, "server").Result()
+		if err != nil {
+			return fmt.Errorf("%s: %w", node.Options().Addr, classify("", "probe", err))
+		}
+		mu.Lock()
+		ids[node.Options().Addr] = infoField(info, "run_id")
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	if cc, ok := c.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, probe)
+	} else if rc, ok := c.client.(*redis.Client); ok {
+		err = probe(ctx, rc)
+	} else {
+		err = c.client.Ping(ctx).Err()
+	}
+	if ctx.Err() != nil && err == nil {
+		err = ctx.Err()
+	}
+
+	h := &c.health
+	h.mu.Lock()
+	switched := false
+	for addr, id := range ids {
+		if old, ok := h.runIDs[addr]; ok && old != id {
+			switched = true
+		}
+	}
+	if h.runIDs == nil {
+		h.runIDs = map[string]string{}
+	}
+	for addr, id := range ids {
+		h.runIDs[addr] = id
+	}
+	was := h.err
+	h.err = err
+	up := err == nil
+	notify := !h.started || up != h.up
+	h.up, h.started = up, true
+	h.mu.Unlock()
+
+	// A master that answers again after a failed probe may have restarted
+	// between two probes without a new run_id seen: set the users up too.
+	if (switched || (up && was != nil && was != errNotProbed)) && c.acl != nil {
+		c.acl.kick(time.Now())
+	}
+	if notify {
+		if up && was != nil && was != errNotProbed {
+			c.log.Info("redis answers again")
+		} else if !up {
+			c.log.Warn("redis probe failed; decisions that need it follow their rule's on_error", "err", err)
+		}
+		if c.onAvailability != nil {
+			c.onAvailability(up)
+		}
+	}
+}
+
+// RedisErr returns nil when the last probe found every master answering,
+// else what it found (Probe must run; before its first probe ends, an
+// error). A master busy with a long script answers BUSY: class busy.
+func (c *Capability) RedisErr() error {
+	c.health.mu.Lock()
+	defer c.health.mu.Unlock()
+	if !c.health.started {
+		return errNotProbed
+	}
+	return c.health.err
+}
+
+// infoField returns one field of an INFO reply.
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
