@@ -142,7 +142,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		capOpts.Pipeline = redis.DefaultBlockingAutoPipelineOptions()
 	}
 	if c.isolate {
-		capOpts.Isolation = &capability.Isolation{ClientAs: st.ClientAs, ForEachReplica: st.ForEachReplica}
+		capOpts.Isolation = &capability.Isolation{ClientAs: st.ClientAs, ExtraReplicas: st.ForEachSentinelReplica}
 	}
 	cap := capability.New(st.Client(), capOpts)
 	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: m,

@@ -27,11 +27,11 @@ type Isolation struct {
 	// ClientAs returns a client of the same Redis that authenticates as
 	// user with password (host/store's Store.ClientAs).
 	ClientAs func(user, password string) (redis.UniversalClient, error)
-	// ForEachReplica, when set, calls fn with a client of every replica
-	// that may be promoted (host/store's Store.ForEachReplica for
-	// Sentinel). Without it, a Cluster's replicas are the ones the Cluster
-	// client knows; other deployments have none.
-	ForEachReplica func(ctx context.Context, fn func(ctx context.Context, node *redis.Client) error) error
+	// ExtraReplicas, when set, calls fn with a client of every replica that
+	// may be promoted and that the client does not list itself: Sentinel's
+	// (host/store's Store.ForEachSentinelReplica). A Cluster client lists
+	// its own replicas.
+	ExtraReplicas func(ctx context.Context, fn func(ctx context.Context, node *redis.Client) error) error
 }
 
 // connectionCommands are what a go-redis connection itself needs: the

@@ -130,6 +130,24 @@ func userExists(t *testing.T, srv *redistest.Server, user string) bool {
 	return slices.Contains(users, user)
 }
 
+// waitUntil polls cond until it holds, failing the test after within.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+	}
+}
+
+// inBackground runs loop (Reconcile, Probe) until the test ends.
+func inBackground(t *testing.T, loop func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); loop(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // TestIsolationFollowsARestartedRedis: a restarted Redis has forgotten the
 // plugin users; the first call after it answers again sets them up and
 // succeeds, as the plugin's own user (another namespace stays out of reach).
@@ -195,19 +213,13 @@ func TestRedisDownAtRegisterFailsClosed(t *testing.T) {
 	srv.Restart()
 	h := p.Host("r", "s")
 	var r sdk.Reply
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		if r, err = h.Eval(ctx, "incr", []string{"n"}); err == nil {
-			break
-		}
+	waitUntil(t, 3*time.Second, "a call that succeeds once Redis is up", func() bool {
+		r, err = h.Eval(ctx, "incr", []string{"n"})
 		if c := capability.ClassOf(err); c == capability.ClassScript || c == capability.ClassRefused {
 			t.Fatalf("call once Redis is up: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("calls still fail 3s after Redis came up: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
 	if n, _ := r.Int64(); n != 1 || !p.Isolated() || !userExists(t, srv, capability.ACLUser("p")) {
 		t.Fatalf("INCR %v, isolated %v", r.Value(), p.Isolated())
 	}
@@ -221,18 +233,9 @@ func TestReconcileRestoresUsersNoCallVisits(t *testing.T) {
 	if _, err := c.Register("p", []sdk.Script{{Name: "s", Source: `return 1`}}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.Reconcile(ctx, 100*time.Millisecond) }()
-	defer func() { cancel(); <-done }()
+	inBackground(t, func(ctx context.Context) { c.Reconcile(ctx, 100*time.Millisecond) })
 	srv.Restart()
-	deadline := time.Now().Add(2 * time.Second)
-	for !userExists(t, srv, capability.ACLUser("p")) {
-		if time.Now().After(deadline) {
-			t.Fatal("Reconcile did not set the user up again within 2s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, 2*time.Second, "Reconcile sets the user up again", func() bool { return userExists(t, srv, capability.ACLUser("p")) })
 }
 
 // TestPluginUsersMayNotSelect: SELECT would let a script write its
@@ -286,25 +289,12 @@ func TestProbeFollowsRedisAndRestoresUsersAfterARestart(t *testing.T) {
 	if _, err := c.Register("p", []sdk.Script{{Name: "s", Source: `return 1`}}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.Probe(ctx, 50*time.Millisecond) }()
-	defer func() { cancel(); <-done }()
-	waitUntil := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("not within 2s: %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	waitUntil("the first probe", func() bool { return c.RedisErr() == nil })
+	inBackground(t, func(ctx context.Context) { c.Probe(ctx, 50*time.Millisecond) })
+	waitUntil(t, 2*time.Second, "the first probe", func() bool { return c.RedisErr() == nil })
 	srv.Pause()
-	waitUntil("a failed probe of the paused Redis", func() bool { return c.RedisErr() != nil })
+	waitUntil(t, 2*time.Second, "a failed probe of the paused Redis", func() bool { return c.RedisErr() != nil })
 	srv.Resume()
-	waitUntil("a probe that finds Redis again", func() bool { return c.RedisErr() == nil })
+	waitUntil(t, 2*time.Second, "a probe that finds Redis again", func() bool { return c.RedisErr() == nil })
 	mu.Lock()
 	got := fmt.Sprint(changes)
 	mu.Unlock()
@@ -312,5 +302,5 @@ func TestProbeFollowsRedisAndRestoresUsersAfterARestart(t *testing.T) {
 		t.Fatalf("OnAvailability calls %s, want [true false true]", got)
 	}
 	srv.Restart()
-	waitUntil("the plugin user on the restarted Redis, with no call", func() bool { return userExists(t, srv, capability.ACLUser("p")) })
+	waitUntil(t, 2*time.Second, "the plugin user on the restarted Redis, with no call", func() bool { return userExists(t, srv, capability.ACLUser("p")) })
 }

@@ -107,6 +107,7 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 		c.log = slog.Default()
 	}
 	c.scripter = c.scripterFor(client)
+	c.health = health{err: errNotProbed, runIDs: map[string]string{}}
 	if rc, ok := client.(*redis.Client); ok {
 		c.db = rc.Options().DB
 	}

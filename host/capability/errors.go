@@ -79,14 +79,8 @@ func classify(plugin, script string, err error) error {
 		e.Class = ClassTimeout
 	case errors.Is(err, context.Canceled):
 		e.Class = ClassTimeout
-	case errors.As(err, &rerr) && authFailure(err):
-		e.Class = ClassIsolation
-	case errors.As(err, &rerr) && redis.HasErrorPrefix(err, "BUSY"):
-		e.Class = ClassBusy
-	case errors.As(err, &rerr) && redis.HasErrorPrefix(err, "OOM"):
-		e.Class = ClassOOM
 	case errors.As(err, &rerr) && !isConnReply(err):
-		e.Class = ClassScript
+		e.Class = replyClass(err)
 	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, redis.ErrClosed), errors.As(err, &netErr), isConnReply(err):
 		e.Class = ClassConnection
@@ -94,6 +88,20 @@ func classify(plugin, script string, err error) error {
 		e.Class = ClassConnection
 	}
 	return e
+}
+
+// replyClass is the class of an error reply that does not mean "Redis is
+// not available": a plugin bug unless it names the user, BUSY or OOM.
+func replyClass(err error) Class {
+	switch {
+	case authFailure(err):
+		return ClassIsolation
+	case redis.HasErrorPrefix(err, "BUSY"):
+		return ClassBusy
+	case redis.HasErrorPrefix(err, "OOM"):
+		return ClassOOM
+	}
+	return ClassScript
 }
 
 // authFailure reports replies that say the connection's user is missing

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,11 +18,9 @@ var errNotProbed = errors.New("redis not probed yet")
 
 // health is what the last probe found.
 type health struct {
-	mu      sync.Mutex
-	err     error             // nil while every master answered
-	runIDs  map[string]string // master address → run_id, to see restarts and switches
-	up      bool              // what OnAvailability was last told
-	started bool              // OnAvailability was called at least once
+	mu     sync.Mutex
+	err    error             // nil while every master answered; errNotProbed before the first probe
+	runIDs map[string]string // master address → run_id, to see restarts and switches
 }
 
 // Probe asks every master for INFO server each interval (DefaultProbeEvery
@@ -55,26 +52,16 @@ func (c *Capability) probeOnce(ctx context.Context) {
 	var mu sync.Mutex
 	ids := map[string]string{}
 	probe := func(ctx context.Context, node *redis.Client) error {
-		info, err := node.Info(ctx, "server").Result()
-		if err != nil {
+		info := node.InfoMap(ctx, "server")
+		if err := info.Err(); err != nil {
 			return fmt.Errorf("%s: %w", node.Options().Addr, classify("", "probe", err))
 		}
 		mu.Lock()
-		ids[node.Options().Addr] = infoField(info, "run_id")
+		ids[node.Options().Addr] = info.Item("Server", "run_id")
 		mu.Unlock()
 		return nil
 	}
-	var err error
-	if cc, ok := c.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, probe)
-	} else if rc, ok := c.client.(*redis.Client); ok {
-		err = probe(ctx, rc)
-	} else {
-		err = c.client.Ping(ctx).Err()
-	}
-	if ctx.Err() != nil && err == nil {
-		err = ctx.Err()
-	}
+	err := forEachMaster(ctx, c.client, probe)
 
 	h := &c.health
 	h.mu.Lock()
@@ -83,27 +70,22 @@ func (c *Capability) probeOnce(ctx context.Context) {
 		if old, ok := h.runIDs[addr]; ok && old != id {
 			switched = true
 		}
-	}
-	if h.runIDs == nil {
-		h.runIDs = map[string]string{}
-	}
-	for addr, id := range ids {
 		h.runIDs[addr] = id
 	}
 	was := h.err
 	h.err = err
-	up := err == nil
-	notify := !h.started || up != h.up
-	h.up, h.started = up, true
 	h.mu.Unlock()
+	up := err == nil
+	first := was == errNotProbed
+	notify := first || up != (was == nil)
 
 	// A master that answers again after a failed probe may have restarted
 	// between two probes without a new run_id seen: set the users up too.
-	if (switched || (up && was != nil && was != errNotProbed)) && c.acl != nil {
+	if (switched || (up && was != nil && !first)) && c.acl != nil {
 		c.acl.kick(time.Now())
 	}
 	if notify {
-		if up && was != nil && was != errNotProbed {
+		if up && !first {
 			c.log.Info("redis answers again")
 		} else if !up {
 			c.log.Warn("redis probe failed; decisions that need it follow their rule's on_error", "err", err)
@@ -120,18 +102,5 @@ func (c *Capability) probeOnce(ctx context.Context) {
 func (c *Capability) RedisErr() error {
 	c.health.mu.Lock()
 	defer c.health.mu.Unlock()
-	if !c.health.started {
-		return errNotProbed
-	}
 	return c.health.err
-}
-
-// infoField returns one field of an INFO reply.
-func infoField(info, name string) string {
-	for _, l := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
-			return v
-		}
-	}
-	return ""
 }

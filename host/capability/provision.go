@@ -45,7 +45,6 @@ type provisioner struct {
 	lastRun time.Time           // when the last finished pass started
 	lastEnd time.Time
 	lastErr error // of the last pass; errNotProvisioned before the first
-	told    bool  // the operator was shown the lines of the failing episode
 }
 
 // runner is one plugin user's connection and what runs scripts on it.
@@ -160,27 +159,25 @@ func (pr *provisioner) run(f *flight) {
 	defer cancel()
 	err := pr.pass(ctx)
 	pr.mu.Lock()
-	was := pr.lastErr
+	// The last pass failed: this episode was logged already.
+	failing := pr.lastErr != nil && pr.lastErr != errNotProvisioned
 	pr.lastErr, pr.lastRun, pr.lastEnd, pr.flight = err, f.started, time.Now(), nil
 	if err == nil {
 		pr.done = f.version
 	}
-	told := pr.told
-	if err != nil {
-		pr.told = true
-	} else {
-		pr.told = false
+	var lines []string
+	if err != nil && !failing && aclRightsMissing(err) {
+		lines = pr.linesLocked()
 	}
-	lines := pr.linesLocked()
 	pr.mu.Unlock()
 	switch {
-	case err != nil && !told:
+	case err != nil && !failing:
 		attrs := []any{"err", err}
-		if aclRightsMissing(err) {
+		if lines != nil {
 			attrs = append(attrs, "run_these", lines)
 		}
 		pr.log.Warn("plugin isolation not in place: plugin rules follow their on_error until ruled can set up the plugins' ACL users; retrying", attrs...)
-	case err == nil && was != nil && was != errNotProvisioned:
+	case err == nil && failing:
 		pr.log.Info("plugin isolation in place again: plugin ACL users set up on every node")
 	}
 	f.err = err
@@ -191,40 +188,40 @@ func (pr *provisioner) run(f *flight) {
 // that cannot be reached does not fail the pass (it serves nothing now; a
 // call repairs it if it is promoted); it is logged at debug level.
 func (pr *provisioner) pass(ctx context.Context) error {
-	var err error
-	if cc, ok := pr.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return pr.provisionNode(ctx, node)
-		})
-	} else {
-		err = pr.provisionNode(ctx, pr.client)
-	}
-	if err != nil {
+	provision := func(ctx context.Context, node *redis.Client) error { return pr.provisionNode(ctx, node) }
+	if err := forEachMaster(ctx, pr.client, provision); err != nil {
 		return err
 	}
-	var rerr error
-	switch {
-	case pr.iso.ForEachReplica != nil:
-		rerr = pr.iso.ForEachReplica(ctx, func(ctx context.Context, node *redis.Client) error {
-			return pr.provisionNode(ctx, node)
-		})
-	default:
-		if cc, ok := pr.client.(*redis.ClusterClient); ok {
-			rerr = cc.ForEachSlave(ctx, func(ctx context.Context, node *redis.Client) error {
-				return pr.provisionNode(ctx, node)
-			})
-		}
+	var errs []error
+	if cc, ok := pr.client.(*redis.ClusterClient); ok {
+		errs = append(errs, cc.ForEachSlave(ctx, provision))
 	}
-	if rerr != nil {
-		pr.log.Debug("plugin ACL users not set up on a replica; a call repairs them if it is promoted", "err", rerr)
+	if pr.iso.ExtraReplicas != nil {
+		errs = append(errs, pr.iso.ExtraReplicas(ctx, provision))
+	}
+	if err := errors.Join(errs...); err != nil {
+		pr.log.Debug("plugin ACL users not set up on a replica; a call repairs them if it is promoted", "err", err)
 	}
 	return nil
 }
 
+// forEachMaster calls fn with every master client serves: each of a
+// Cluster's, else the client itself (standalone, or Sentinel's current
+// master).
+func forEachMaster(ctx context.Context, client redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	}
+	return fmt.Errorf("capability: unsupported Redis client %T", client)
+}
+
 // provisionNode runs every user's ACL SETUSER on one node in one pipeline.
-// An older Redis lacks some connection commands (CLIENT SETINFO came in
-// 7.2): the modifier it names is dropped for good and the node tried again.
-func (pr *provisioner) provisionNode(ctx context.Context, node redis.Cmdable) error {
+// An older Redis lacks some connection commands (CLUSTER SHARDS came in
+// 7.0): the modifier it names is dropped for good and the node tried again.
+func (pr *provisioner) provisionNode(ctx context.Context, node *redis.Client) error {
 	for range len(connectionCommands) + 1 {
 		cmds := pr.commands()
 		if len(cmds) == 0 {
@@ -250,42 +247,42 @@ func (pr *provisioner) provisionNode(ctx context.Context, node redis.Cmdable) er
 	return errors.New("ACL SETUSER: too many unknown connection commands")
 }
 
-// commands returns every user's ACL SETUSER command, without the modifiers
-// this Redis does not know, in a fixed order.
+// commands returns every user's ACL SETUSER command, in a fixed order.
 func (pr *provisioner) commands() [][]any {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
-	users := make([]string, 0, len(pr.users))
-	for u := range pr.users {
-		users = append(users, u)
-	}
-	slices.Sort(users)
-	out := make([][]any, 0, len(users))
-	for _, u := range users {
-		var cmd []any
-		for _, a := range pr.users[u] {
-			if !pr.unknown[a] {
-				cmd = append(cmd, a)
-			}
+	lines := pr.argsLocked()
+	out := make([][]any, len(lines))
+	for i, args := range lines {
+		out[i] = make([]any, len(args))
+		for j, a := range args {
+			out[i][j] = a
 		}
-		out = append(out, cmd)
 	}
 	return out
 }
 
 // linesLocked returns the ACL SETUSER lines an operator would run by hand.
 func (pr *provisioner) linesLocked() []string {
-	out := make([]string, 0, len(pr.users))
-	for _, args := range pr.users {
-		var kept []string
-		for _, a := range args {
-			if !pr.unknown[a] {
-				kept = append(kept, a)
-			}
-		}
-		out = append(out, strings.Join(kept, " "))
+	var out []string
+	for _, args := range pr.argsLocked() {
+		out = append(out, strings.Join(args, " "))
 	}
-	slices.Sort(out)
+	return out
+}
+
+// argsLocked returns every user's ACL SETUSER arguments, sorted by user,
+// without the modifiers this Redis does not know.
+func (pr *provisioner) argsLocked() [][]string {
+	users := make([]string, 0, len(pr.users))
+	for u := range pr.users {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	out := make([][]string, 0, len(users))
+	for _, u := range users {
+		out = append(out, slices.DeleteFunc(slices.Clone(pr.users[u]), func(a string) bool { return pr.unknown[a] }))
+	}
 	return out
 }
 

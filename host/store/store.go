@@ -313,35 +313,31 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// ForEachReplica calls fn with a client of every replica that Redis could
-// promote to serve ruled's keys: on a Cluster, each replica the client
-// knows; with Sentinel, each replica the first Sentinel that answers lists
-// (a client made for the call and closed after it, with the master's
-// credentials and time-outs). Standalone and managed deployments have none.
-// It returns the errors joined; fn runs on one replica at a time.
-func (s *Store) ForEachReplica(ctx context.Context, fn func(ctx context.Context, node *redis.Client) error) error {
-	switch s.kind {
-	case KindCluster:
-		return s.client.(*redis.ClusterClient).ForEachSlave(ctx, fn)
-	case KindSentinel:
-		addrs, err := s.sentinelReplicas(ctx)
-		if err != nil {
-			return err
-		}
-		var errs []error
-		for _, addr := range addrs {
-			opt := s.client.(*redis.Client).Options()
-			cp := *opt
-			cp.Addr, cp.Dialer, cp.OnConnect = addr, nil, nil
-			c := redis.NewClient(&cp)
-			if err := fn(ctx, c); err != nil {
-				errs = append(errs, fmt.Errorf("replica %s: %w", addr, err))
-			}
-			_ = c.Close()
-		}
-		return errors.Join(errs...)
+// ForEachSentinelReplica calls fn with a client of every replica of the
+// Sentinel-managed master that the first Sentinel that answers lists as up:
+// a client made for the call and closed after it, with the master's
+// credentials and time-outs. Other deployments have none here (a Cluster
+// client lists its own replicas). It returns the errors joined; fn runs on
+// one replica at a time.
+func (s *Store) ForEachSentinelReplica(ctx context.Context, fn func(ctx context.Context, node *redis.Client) error) error {
+	if s.kind != KindSentinel {
+		return nil
 	}
-	return nil
+	addrs, err := s.sentinelReplicas(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, addr := range addrs {
+		cp := *s.client.(*redis.Client).Options()
+		cp.Addr, cp.Dialer, cp.OnConnect = addr, nil, nil
+		c := redis.NewClient(&cp)
+		if err := fn(ctx, c); err != nil {
+			errs = append(errs, fmt.Errorf("replica %s: %w", addr, err))
+		}
+		_ = c.Close()
+	}
+	return errors.Join(errs...)
 }
 
 // sentinelReplicas asks the Sentinels, in turn, for the addresses of the

@@ -147,7 +147,7 @@
     const ready = !stats.ready;
     redis.textContent = (stats.redis_up && ready ? 'Redis up' : 'Redis down') + (stats.redis ? ' · ' + stats.redis : '');
     redis.className = 'pill ' + (stats.redis_up && ready ? 'ok' : 'bad');
-    redis.title = stats.ready || (stats.redis_up ? 'circuit closed' : 'circuit open: rules decide by on_error');
+    redis.title = stats.ready || (stats.redis_up ? 'Redis answers its health probe' : 'Redis does not answer its health probe: rules decide by on_error');
     $('instances').textContent = stats.instances + (stats.instances === 1 ? ' instance' : ' instances');
     $('updated').textContent = 'updated ' + new Date(stats.time).toLocaleTimeString();
   }
