@@ -198,15 +198,53 @@ func (c *Capability) Prefix() string { return c.prefix }
 // Timeout returns the per-call time-out.
 func (c *Capability) Timeout() time.Duration { return c.timeout }
 
-// Prelude is prepended to every declared script. It takes the clock argument
-// the host always passes first off ARGV and defines ruled_now_us().
+// MaxReplyBytes caps what one script call may return: strings count their
+// length, numbers and array headers 8 bytes each. A larger reply is refused
+// inside Redis (it never crosses the network), and the call fails with
+// ClassRefused against the plugin: rate-limit decisions need a few numbers.
+const MaxReplyBytes = 64 << 10
+
+// Prelude is the start of every declared script. It takes the clock argument
+// the host always passes first off ARGV, defines ruled_now_us() and opens
+// the function that holds the plugin's source (see Source).
 const Prelude = `local ruled_clock = table.remove(ARGV, 1)
 local function ruled_now_us()
   if ruled_clock ~= '' then return tonumber(ruled_clock) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local function ruled_script()
 `
+
+// postlude closes the plugin's function, runs it and refuses a reply of
+// more than MaxReplyBytes before Redis sends it.
+var postlude = `
+end
+local ruled_max = ` + strconv.Itoa(MaxReplyBytes) + `
+local function ruled_size(v, n)
+  if n > ruled_max then return n end
+  local t = type(v)
+  if t == 'string' then return n + #v end
+  if t ~= 'table' then return n + 8 end
+  if v.err then return n + #tostring(v.err) end
+  if v.ok then return n + #tostring(v.ok) end
+  n = n + 8
+  for _, x in ipairs(v) do
+    n = ruled_size(x, n)
+    if n > ruled_max then return n end
+  end
+  return n
+end
+local ruled_reply = ruled_script()
+if ruled_size(ruled_reply, 0) > ruled_max then
+  return redis.error_reply('TOOLARGE reply of more than ` + strconv.Itoa(MaxReplyBytes) + ` bytes refused by ruled')
+end
+return ruled_reply
+`
+
+// Source returns the script ruled runs for a plugin's declared source: the
+// Prelude, the source as the body of a function, and the reply cap.
+func Source(body string) string { return Prelude + body + postlude }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
@@ -243,7 +281,7 @@ type Plugin struct {
 }
 
 // Register declares a plugin's scripts. Names must be valid and scripts
-// unique; the sources get the Prelude.
+// unique; each source runs as Source wraps it.
 func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, error) {
 	if !ValidName(plugin) {
 		return nil, fmt.Errorf("capability: plugin name %q: want lower-case letters, digits, '-' or '_' (at most 63)", plugin)
@@ -262,7 +300,7 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		if _, dup := p.scripts[s.Name]; dup {
 			return nil, fmt.Errorf("capability: plugin %s: script %q declared twice", plugin, s.Name)
 		}
-		src := Prelude + s.Source
+		src := Source(s.Source)
 		rs := redis.NewScript(src)
 		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash()}
 	}

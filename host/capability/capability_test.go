@@ -255,3 +255,55 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// A reply over MaxReplyBytes is refused inside Redis, counts against the
+// plugin (ClassRefused) and never opens the shared circuit.
+func TestReplyCap(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newCap(t, srv, capability.Options{})
+	p, err := c.Register("big", []sdk.Script{
+		{Name: "str", Source: `return string.rep('x', tonumber(ARGV[1]))`},
+		{Name: "arr", Source: `local t = {} for i = 1, tonumber(ARGV[1]) do t[i] = i end return t`},
+		{Name: "nested", Source: `local t = {} for i = 1, tonumber(ARGV[1]) do t[i] = {string.rep('y', 100)} end return t`},
+		{Name: "status", Source: `return redis.status_reply('FINE')`},
+		{Name: "fails", Source: `return redis.error_reply('MINE plugin error')`},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.Host("r", "s")
+	ctx := context.Background()
+	fits := []struct {
+		script string
+		n      int
+	}{{"str", capability.MaxReplyBytes}, {"arr", capability.MaxReplyBytes/8 - 1}, {"nested", 100}}
+	for _, f := range fits {
+		if _, err := h.Eval(ctx, f.script, nil, f.n); err != nil {
+			t.Fatalf("%s(%d) under the cap: %v", f.script, f.n, err)
+		}
+	}
+	if r, err := h.Eval(ctx, "status", nil); err != nil || r.Value() != "FINE" {
+		t.Fatalf("status reply: %v, %v", r.Value(), err)
+	}
+	if _, err := h.Eval(ctx, "fails", nil); err == nil || !strings.Contains(err.Error(), "MINE plugin error") || capability.ClassOf(err) != capability.ClassScript {
+		t.Fatalf("plugin's own error reply: %v (class %q)", err, capability.ClassOf(err))
+	}
+	over := []struct {
+		script string
+		n      int
+	}{{"str", capability.MaxReplyBytes + 1}, {"str", 1 << 20}, {"arr", 1 << 16}, {"nested", 1000}}
+	for range 3 { // more than DefaultBreakerFailures
+		for _, o := range over {
+			_, err := h.Eval(ctx, o.script, nil, o.n)
+			if capability.ClassOf(err) != capability.ClassRefused || !strings.Contains(err.Error(), "TOOLARGE") {
+				t.Fatalf("%s(%d) over the cap: %v (class %q), want refused TOOLARGE", o.script, o.n, err, capability.ClassOf(err))
+			}
+		}
+	}
+	if !c.Available() {
+		t.Fatal("oversized replies opened the shared circuit")
+	}
+	if _, err := h.Eval(ctx, "str", nil, 10); err != nil {
+		t.Fatalf("a normal call after refused ones: %v", err)
+	}
+}

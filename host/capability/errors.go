@@ -27,8 +27,8 @@ const (
 	// ClassScript: Redis ran the script and it failed (a Lua error, a bad
 	// argument, a permission the plugin's ACL user lacks): a plugin bug.
 	ClassScript Class = "script"
-	// ClassRefused: the host refused the call (undeclared script, bad key):
-	// a plugin bug.
+	// ClassRefused: the host refused the call (undeclared script, bad key,
+	// a reply over MaxReplyBytes): a plugin bug.
 	ClassRefused Class = "refused"
 	// ClassIsolation: the plugin's ACL user is missing or wrong on the node
 	// and ruled could not set it up; the script did not run.
@@ -100,6 +100,8 @@ func replyClass(err error) Class {
 		return ClassBusy
 	case redis.HasErrorPrefix(err, "OOM"):
 		return ClassOOM
+	case redis.HasErrorPrefix(err, "TOOLARGE"):
+		return ClassRefused // the reply cap, MaxReplyBytes
 	}
 	return ClassScript
 }
