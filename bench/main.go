@@ -218,7 +218,7 @@ func run(c config) error {
 	}
 
 	// The same script the plugin runs, as the engine would call it.
-	script := redis.NewScript(capability.Source(scriptSource()))
+	script := redis.NewScript(capability.Source("fixedwindow", "decide", scriptSource()))
 	if err := script.Load(ctx, client).Err(); err != nil {
 		return fmt.Errorf("loading the script: %w", err)
 	}

@@ -144,6 +144,9 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	if c.isolate {
 		capOpts.Isolation = &capability.Isolation{ClientAs: st.ClientAs, ExtraReplicas: st.ForEachSentinelReplica}
 	}
+	// The managed Redis is ruled's own: a script that wrote and then hangs is
+	// ended by restarting it (docs/operations.md, "Script watchdog").
+	capOpts.RestartUnkillable = st.Managed()
 	cap := capability.New(st.Client(), capOpts)
 	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: m,
 		LoadPlugin: pluginLoader(log, wopts)})

@@ -76,9 +76,10 @@ const callKeys = 4
 
 // callBuf is one call's context, keys and command line in one allocation.
 type callBuf struct {
-	ctx  callCtx
-	keys [callKeys]string
-	args [callArgs]any
+	ctx     callCtx
+	keys    [callKeys]string
+	args    [callArgs]any
+	running running // in the capability's list while the call runs
 }
 
 // bound returns ctx bounded by the capability's time-out for a call that

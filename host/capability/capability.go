@@ -62,6 +62,14 @@ type Options struct {
 	// pipelines (go-redis autopipelining) when set. Each decision still
 	// waits for its own reply; only the round trips are shared.
 	Pipeline *redis.AutoPipelineOptions
+	// Quarantine is how long a plugin is quarantined the first time one of
+	// its scripts kept Redis busy (default DefaultQuarantine); it doubles
+	// with each further time, up to MaxQuarantine. See Probe.
+	Quarantine time.Duration
+	// RestartUnkillable says that Redis is ruled's managed server, which
+	// its supervisor starts again: a script that wrote and then kept it
+	// busy, which SCRIPT KILL cannot stop, is ended with SHUTDOWN NOSAVE.
+	RestartUnkillable bool
 	// Observe, when set, is called after every script call with its
 	// duration and error (nil, or an *Error). It runs on the decision path.
 	Observe func(plugin, script string, took time.Duration, err error)
@@ -90,6 +98,17 @@ type Capability struct {
 	onAvailability  func(available bool)
 	nodeBreakers    sync.Map     // Cluster master address → *breaker
 	openCircuits    atomic.Int32 // breakers open now
+
+	// The script watchdog (watchdog.go).
+	running           runningCalls
+	probeNow          chan struct{} // a call was answered BUSY
+	quarantines       sync.Map      // plugin name → *quarantine, for every plugin registered
+	byHash            sync.Map      // script SHA-1 → [plugin, script]
+	quarantineFirst   time.Duration
+	restartUnkillable bool
+	unkillableLogged  atomic.Int64 // unix nanoseconds of the last UNKILLABLE log line
+	slowMu            sync.Mutex
+	slowSeen          map[string]slowEntry // node → the SLOWLOG entry last named as a culprit
 }
 
 // New returns a Capability over client.
@@ -99,6 +118,12 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 		c.observe = func(string, string, time.Duration, error) {}
 	}
 	c.pipeline = opts.Pipeline
+	c.probeNow = make(chan struct{}, 1)
+	c.slowSeen = map[string]slowEntry{}
+	c.quarantineFirst, c.restartUnkillable = opts.Quarantine, opts.RestartUnkillable
+	if c.quarantineFirst <= 0 {
+		c.quarantineFirst = DefaultQuarantine
+	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
@@ -242,9 +267,15 @@ end
 return ruled_reply
 `
 
-// Source returns the script ruled runs for a plugin's declared source: the
+// Source returns the script ruled runs for a plugin's declared source: a
+// first line that names it (SLOWLOG shows it, for the watchdog), the
 // Prelude, the source as the body of a function, and the reply cap.
-func Source(body string) string { return Prelude + body + postlude }
+func Source(plugin, script, body string) string {
+	return sourceTag + plugin + "/" + script + "\n" + Prelude + body + postlude
+}
+
+// sourceTag starts the first line of every script ruled runs.
+const sourceTag = "--ruled:"
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
@@ -278,6 +309,7 @@ type Plugin struct {
 	// scripter runs the plugin's scripts: as its own ACL user when
 	// isolation is on, else the capability's shared one.
 	scripter redis.Scripter
+	q        *quarantine // shared by every registration of the name
 }
 
 // Register declares a plugin's scripts. Names must be valid and scripts
@@ -292,6 +324,7 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		ns:      c.prefix + ":" + plugin + ":",
 		scripts: make(map[string]*script, len(scripts)),
 		log:     c.log.With("plugin", plugin),
+		q:       c.quarantineOf(plugin),
 	}
 	for _, s := range scripts {
 		if !validKey(s.Name) {
@@ -300,9 +333,10 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		if _, dup := p.scripts[s.Name]; dup {
 			return nil, fmt.Errorf("capability: plugin %s: script %q declared twice", plugin, s.Name)
 		}
-		src := Source(s.Source)
+		src := Source(plugin, s.Name, s.Source)
 		rs := redis.NewScript(src)
 		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash()}
+		c.byHash.Store(rs.Hash(), [2]string{plugin, s.Name})
 	}
 	if err := CheckCommands(scripts); err != nil {
 		return nil, fmt.Errorf("capability: plugin %s: %w", plugin, err)
@@ -420,6 +454,12 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 			return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("key %q: want 1-64 letters, digits, '_', '.' or '-'", k)}
 		}
 	}
+	now := time.Now()
+	if why := p.q.refuses(now); why != "" {
+		err := &Error{Class: ClassQuarantine, Plugin: p.name, Script: script, Err: errors.New(why)}
+		p.cap.observe(p.name, script, 0, err)
+		return sdk.Reply{}, err
+	}
 	cb := new(callBuf)
 	full := p.fullKeys(rule, subject, keys, cb.keys[:0])
 	var first string
@@ -450,9 +490,12 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 		p.cap.observe(p.name, script, 0, err)
 		return sdk.Reply{}, err
 	}
-	start := time.Now()
+	start := now
 	ctx, cancel := p.cap.bound(ctx, start, cb)
 	defer cancel()
+	cb.running = running{plugin: p.name, script: script, key: first, start: start}
+	p.cap.running.add(&cb.running)
+	defer p.cap.running.remove(&cb.running)
 	v, err := p.cap.run(ctx, p.scripter, s, call, full)
 	if err != nil && p.cap.acl != nil && aclDenied(err) {
 		if authFailure(err) {
@@ -470,6 +513,9 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 	}
 	if err != nil && err != redis.Nil {
 		err = classify(p.name, script, err)
+		if ClassOf(err) == ClassBusy {
+			p.cap.nudgeWatchdog()
+		}
 		unavailable := Unavailable(err) && !errors.Is(err, context.Canceled)
 		if cc, ok := p.cap.client.(*redis.ClusterClient); ok && unavailable {
 			// A master may have failed over: learn the new owners of the

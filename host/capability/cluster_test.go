@@ -82,7 +82,7 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hashes := []string{redis.NewScript(capability.Source(script.Source)).Hash(), redis.NewScript(capability.Source(twoKeys.Source)).Hash()}
+		hashes := []string{redis.NewScript(capability.Source("preload", script.Name, script.Source)).Hash(), redis.NewScript(capability.Source("preload", twoKeys.Name, twoKeys.Source)).Hash()}
 		masters := cl.Masters()
 		if len(masters) != 3 {
 			t.Fatalf("%d masters, want 3", len(masters))

@@ -38,6 +38,9 @@ const (
 	ClassBusy Class = "busy"
 	// ClassOOM: Redis refused a write because it is at maxmemory (OOM).
 	ClassOOM Class = "oom"
+	// ClassQuarantine: the plugin is quarantined because one of its scripts
+	// kept Redis busy (the watchdog stopped it); the script did not run.
+	ClassQuarantine Class = "quarantine"
 )
 
 // Error is a failed capability call.

@@ -29,6 +29,12 @@ type health struct {
 // changes. A master that answers with a new run_id restarted or is another
 // server (a Sentinel switch, a Cluster promotion): the plugin users are set
 // up on every node at once, before a call has to find them missing.
+//
+// Probe is also the script watchdog: a master that answers BUSY (to the
+// probe, or to a call, which makes the probe run at once) is running a
+// script past its busy-reply-threshold. The watchdog stops it (see
+// stopScript) and quarantines the plugin that ran it: its calls fail with
+// ClassQuarantine for Options.Quarantine, doubled at each new offence.
 func (c *Capability) Probe(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		every = DefaultProbeEvery
@@ -41,18 +47,39 @@ func (c *Capability) Probe(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-c.probeNow:
+			// Calls answered BUSY: look now, but not more often than
+			// the watchdog can act.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(nudgeGap):
+			}
 		}
 	}
 }
 
+// nudgeGap is the least time between two probes that calls asked for.
+const nudgeGap = 50 * time.Millisecond
+
 // probeOnce runs one probe of every master.
-func (c *Capability) probeOnce(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+func (c *Capability) probeOnce(parent context.Context) {
+	ctx, cancel := context.WithTimeout(parent, c.timeout)
 	defer cancel()
 	var mu sync.Mutex
 	ids := map[string]string{}
 	probe := func(ctx context.Context, node *redis.Client) error {
 		info := node.InfoMap(ctx, "server")
+		if err := info.Err(); err != nil && redis.HasErrorPrefix(err, "BUSY") {
+			// The watchdog: stop the script, then look again.
+			busy := time.Now()
+			wctx, cancel := context.WithTimeout(parent, 4*c.timeout)
+			c.stopScript(wctx, node, busy)
+			cancel()
+			rctx, cancel := context.WithTimeout(parent, c.timeout)
+			info = node.InfoMap(rctx, "server")
+			cancel()
+		}
 		if err := info.Err(); err != nil {
 			return fmt.Errorf("%s: %w", node.Options().Addr, classify("", "probe", err))
 		}

@@ -63,7 +63,7 @@ func outcomeIndex(o host.Outcome) int {
 // pluginMetrics.errs.
 var classes = [...]capability.Class{
 	capability.ClassTimeout, capability.ClassConnection, capability.ClassScript, capability.ClassRefused,
-	capability.ClassIsolation, capability.ClassBusy, capability.ClassOOM,
+	capability.ClassIsolation, capability.ClassBusy, capability.ClassOOM, capability.ClassQuarantine,
 }
 
 func classIndex(c capability.Class) int {
@@ -302,11 +302,13 @@ func (m *Metrics) RedisCall(plugin, _ string, took time.Duration, err error) {
 		return
 	}
 	pm := m.plugin(plugin)
-	pm.dur.Observe(took.Seconds())
+	class := capability.ClassOf(err)
+	if class != capability.ClassQuarantine { // refused before Redis: no duration
+		pm.dur.Observe(took.Seconds())
+	}
 	if err == nil {
 		return
 	}
-	class := capability.ClassOf(err)
 	if class == "" {
 		class = capability.ClassConnection
 	}

@@ -160,8 +160,17 @@ func (m *managed) args() []string {
 		"--daemonize", "no",
 		"--logfile", "",
 		"--loglevel", "notice",
+		// A script still running after this answers BUSY to everyone
+		// else, which ruled's watchdog sees and stops (docs/operations.md,
+		// "Script watchdog"). Redis 7 calls it busy-reply-threshold and
+		// keeps this name, which Redis 6 also knows.
+		"--lua-time-limit", strconv.Itoa(int(ManagedBusyThreshold / time.Millisecond)),
 	}
 }
+
+// ManagedBusyThreshold is the managed Redis's busy-reply-threshold: ruled's
+// own scripts take microseconds, so a script running this long is stuck.
+const ManagedBusyThreshold = 100 * time.Millisecond
 
 func (m *managed) describe() string {
 	m.mu.Lock()

@@ -188,7 +188,7 @@ func TestUndeclaredScriptIsRefused(t *testing.T) {
 
 func TestLargeRepliesArriveWhole(t *testing.T) {
 	d, err := newRig(t, hostile(t)).decide(t, "big")
-	if err != nil || d.Remaining != 100000 {
+	if err != nil || d.Remaining != 60000 {
 		t.Fatalf("%+v %v", d, err)
 	}
 }

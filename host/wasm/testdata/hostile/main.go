@@ -70,7 +70,7 @@ func (hostile) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Reque
 	case "badptr":
 		return sdk.Decision{}, badPointers()
 	case "big":
-		reply, err := h.Eval(ctx, "big", nil, 100000)
+		reply, err := h.Eval(ctx, "big", nil, 60000)
 		if err != nil {
 			return sdk.Decision{}, err
 		}

@@ -1,0 +1,313 @@
+package capability
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Quarantine defaults (Options.Quarantine).
+const (
+	// DefaultQuarantine is how long a plugin is quarantined the first time
+	// its script kept Redis busy; each further time doubles it.
+	DefaultQuarantine = 10 * time.Second
+	// MaxQuarantine bounds the doubling.
+	MaxQuarantine = 10 * time.Minute
+	// quarantineForget is how long after its last strike a plugin's
+	// back-off starts from DefaultQuarantine again.
+	quarantineForget = time.Hour
+)
+
+// busyGrace is how long the watchdog lets the calls that Redis answered
+// BUSY come back before it looks for the one still running: the culprit.
+const busyGrace = 20 * time.Millisecond
+
+// quarantine keeps a plugin whose script kept Redis busy from running until
+// its back-off ends. It outlives reloads: it is kept by plugin name.
+type quarantine struct {
+	until atomic.Int64 // unix nanoseconds; 0 when never quarantined
+
+	mu      sync.Mutex
+	strikes int
+	last    time.Time
+	reason  string
+}
+
+// refuses returns why a call made at now must not run, or "".
+func (q *quarantine) refuses(now time.Time) string {
+	until := q.until.Load()
+	if until == 0 || now.UnixNano() >= until {
+		return ""
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.reason
+}
+
+// strike quarantines the plugin from now for its next back-off and returns
+// the back-off and how many strikes it has had.
+func (q *quarantine) strike(now time.Time, first time.Duration, reason string) (time.Duration, int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if now.Sub(q.last) > quarantineForget {
+		q.strikes = 0
+	}
+	q.strikes++
+	q.last = now
+	d := first << min(q.strikes-1, 16)
+	d = min(d, max(MaxQuarantine, first))
+	until := now.Add(d)
+	q.reason = fmt.Sprintf("quarantined until %s: %s", until.UTC().Format(time.RFC3339), reason)
+	q.until.Store(until.UnixNano())
+	return d, q.strikes
+}
+
+// quarantineOf returns the quarantine of a plugin by name.
+func (c *Capability) quarantineOf(plugin string) *quarantine {
+	q, _ := c.quarantines.LoadOrStore(plugin, new(quarantine))
+	return q.(*quarantine)
+}
+
+// Quarantined returns why the plugin's calls are refused now because one of
+// its scripts kept Redis busy, or "" when they are not.
+func (p *Plugin) Quarantined() string { return p.q.refuses(time.Now()) }
+
+// running is one script call in flight, so that the watchdog can name the
+// plugin whose script keeps Redis busy.
+type running struct {
+	prev, next *running
+	plugin     string
+	script     string
+	key        string // the first key: on a Cluster, it names the node
+	start      time.Time
+}
+
+// runningCalls lists the calls in flight in the order they started.
+type runningCalls struct {
+	mu   sync.Mutex
+	root running // root.next is the oldest call, root.prev the newest
+}
+
+func (l *runningCalls) add(r *running) {
+	l.mu.Lock()
+	if l.root.next == nil {
+		l.root.next, l.root.prev = &l.root, &l.root
+	}
+	r.prev, r.next = l.root.prev, &l.root
+	l.root.prev.next = r
+	l.root.prev = r
+	l.mu.Unlock()
+}
+
+func (l *runningCalls) remove(r *running) {
+	l.mu.Lock()
+	r.prev.next, r.next.prev = r.next, r.prev
+	r.prev, r.next = nil, nil
+	l.mu.Unlock()
+}
+
+// oldest returns a copy of the oldest call that started before `before`
+// and on runs the node (nil when every call does), if there is one.
+func (l *runningCalls) oldest(before time.Time, on func(key string) bool) (running, bool) {
+	l.mu.Lock()
+	var found []running
+	for r := l.root.next; r != nil && r != &l.root; r = r.next {
+		if !r.start.Before(before) {
+			break
+		}
+		found = append(found, running{plugin: r.plugin, script: r.script, key: r.key, start: r.start})
+	}
+	l.mu.Unlock()
+	for _, r := range found { // node lookups outside the lock
+		if on == nil || on(r.key) {
+			return r, true
+		}
+	}
+	return running{}, false
+}
+
+// nudgeWatchdog asks Probe to look at Redis now: a call was answered BUSY.
+func (c *Capability) nudgeWatchdog() {
+	select {
+	case c.probeNow <- struct{}{}:
+	default:
+	}
+}
+
+// stopScript ends the script that keeps node busy and quarantines the
+// plugin that ran it. A script that has not written is killed (SCRIPT
+// KILL); one that wrote cannot be (UNKILLABLE): when the node is ruled's
+// managed Redis, it is shut down without saving and its supervisor starts
+// it again, else the operator is told what to do. busySince is when the
+// probe was answered BUSY.
+func (c *Capability) stopScript(ctx context.Context, node *redis.Client, busySince time.Time) {
+	addr := node.Options().Addr
+	select { // let the calls answered BUSY come back: the culprit's does not
+	case <-ctx.Done():
+		return
+	case <-time.After(busyGrace):
+	}
+	local, haveLocal := c.running.oldest(busySince, c.onNode(ctx, addr))
+	err := node.ScriptKill(ctx).Err()
+	switch {
+	case err == nil, redis.HasErrorPrefix(err, "NOTBUSY"): // killed, or it ended (another ruled may have killed it)
+		killed := err == nil
+		plugin, script, ok := c.slowlogCulprit(ctx, node)
+		if !ok && haveLocal {
+			plugin, script, ok = local.plugin, local.script, true
+		}
+		if killed {
+			c.log.Warn("watchdog: killed a script that kept redis busy (SCRIPT KILL)", "node", addr, "plugin", plugin, "script", script)
+		}
+		if ok {
+			c.quarantinePlugin(plugin, script, addr, "killed")
+		}
+	case redis.HasErrorPrefix(err, "UNKILLABLE"):
+		if haveLocal {
+			c.quarantinePlugin(local.plugin, local.script, addr, "unkillable: it wrote before it looped")
+		}
+		if c.restartUnkillable {
+			c.log.Error("watchdog: a script that wrote keeps the managed redis busy and cannot be killed: "+
+				"shutting it down without saving; its supervisor starts it again, empty", "node", addr,
+				"plugin", local.plugin, "script", local.script)
+			_ = node.ShutdownNoSave(ctx).Err() // the connection closes: no reply to wait for
+			return
+		}
+		if last := c.unkillableLogged.Load(); time.Since(time.Unix(0, last)) > 10*time.Second {
+			c.unkillableLogged.Store(time.Now().UnixNano())
+			c.log.Error("watchdog: a script that wrote keeps redis busy and Redis refuses to kill it (UNKILLABLE); "+
+				"decisions on this node follow on_error until it ends. To end it now, run SHUTDOWN NOSAVE on the node "+
+				"(its writes since the last save are lost) and restart it", "node", addr,
+				"plugin", local.plugin, "script", local.script)
+		}
+	default:
+		c.log.Warn("watchdog: SCRIPT KILL failed", "node", addr, "err", err)
+	}
+}
+
+// onNode returns a test of whether a call's key lives on the node at addr:
+// nil (every call does) unless the client is a Cluster's.
+func (c *Capability) onNode(ctx context.Context, addr string) func(string) bool {
+	cc, ok := c.client.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	return func(key string) bool {
+		n, err := cc.MasterForKey(ctx, key)
+		return err == nil && n.Options().Addr == addr
+	}
+}
+
+// slowlogCulprit names the plugin and script of the longest script call the
+// node's SLOWLOG shows ending in the last 10 s (by Redis's clock), which
+// the watchdog did not name before: after SCRIPT KILL, the killed one. It
+// sees scripts run by every ruled instance.
+func (c *Capability) slowlogCulprit(ctx context.Context, node *redis.Client) (plugin, script string, ok bool) {
+	var logs []redis.SlowLog
+	var now time.Time
+	for range 10 { // the killed script ends at its next hook: BUSY until then
+		var err error
+		if logs, err = node.SlowLogGet(ctx, 32).Result(); err == nil {
+			now, err = node.Time(ctx).Result()
+		}
+		if err == nil {
+			break
+		}
+		if !redis.HasErrorPrefix(err, "BUSY") {
+			return "", "", false
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	addr := node.Options().Addr
+	var best *redis.SlowLog
+	for i := range logs {
+		l := &logs[i]
+		if len(l.Args) < 3 || now.Sub(l.Time) > 10*time.Second || c.slowlogSeen(addr, l) {
+			continue
+		}
+		if cmd := strings.ToLower(l.Args[0]); cmd != "evalsha" && cmd != "eval" {
+			continue
+		}
+		if best == nil || l.Duration > best.Duration {
+			best = l
+		}
+	}
+	if best == nil {
+		return "", "", false
+	}
+	plugin, script = c.identify(best.Args)
+	if plugin == "" {
+		return "", "", false
+	}
+	c.slowlogSaw(addr, best)
+	return plugin, script, true
+}
+
+// slowlogSeen reports whether the watchdog already named the culprit of
+// the SLOWLOG entry l on the node at addr (IDs start again at 0 when Redis
+// restarts: the time tells them apart).
+func (c *Capability) slowlogSeen(addr string, l *redis.SlowLog) bool {
+	c.slowMu.Lock()
+	defer c.slowMu.Unlock()
+	last, ok := c.slowSeen[addr]
+	return ok && last.id == l.ID && last.at.Equal(l.Time)
+}
+
+func (c *Capability) slowlogSaw(addr string, l *redis.SlowLog) {
+	c.slowMu.Lock()
+	defer c.slowMu.Unlock()
+	c.slowSeen[addr] = slowEntry{id: l.ID, at: l.Time}
+}
+
+// slowEntry identifies one SLOWLOG entry of a node.
+type slowEntry struct {
+	id int64
+	at time.Time
+}
+
+// identify names the plugin and script of an EVALSHA/EVAL command line as
+// SLOWLOG shows it: from the script's hash (EVALSHA) or its first line
+// (EVAL), and the namespace of its first key; "" when the call is not one
+// of ruled's.
+func (c *Capability) identify(args []string) (plugin, script string) {
+	var byHash [2]string
+	switch {
+	case strings.EqualFold(args[0], "evalsha"):
+		if v, ok := c.byHash.Load(args[1]); ok {
+			byHash = v.([2]string)
+		}
+	case strings.HasPrefix(args[1], sourceTag): // EVAL: the source's first line names it
+		line, _, _ := strings.Cut(strings.TrimPrefix(args[1], sourceTag), "\n")
+		plugin, script, _ := strings.Cut(line, "/")
+		if _, registered := c.quarantines.Load(plugin); registered {
+			byHash = [2]string{plugin, script}
+		}
+	}
+	if len(args) > 3 && strings.HasPrefix(args[3], c.prefix+":") {
+		name, _, _ := strings.Cut(strings.TrimPrefix(args[3], c.prefix+":"), ":")
+		if _, registered := c.quarantines.Load(name); registered {
+			if byHash[0] != name {
+				return name, "?" // two plugins declared the same source
+			}
+			return name, byHash[1]
+		}
+	}
+	return byHash[0], byHash[1]
+}
+
+// quarantinePlugin quarantines a plugin by name for its next back-off.
+func (c *Capability) quarantinePlugin(plugin, script, node, how string) {
+	reason := fmt.Sprintf("its script %s kept redis %s busy (%s)", script, node, how)
+	d, strikes := c.quarantineOf(plugin).strike(time.Now(), c.quarantineFirst, reason)
+	c.log.Error("plugin quarantined: its script kept redis busy; its rules follow their on_error until the back-off ends",
+		"plugin", plugin, "script", script, "node", node, "how", how, "for", d, "strikes", strikes)
+}
