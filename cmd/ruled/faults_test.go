@@ -35,6 +35,15 @@ var (
 	ruledBinErr  error
 )
 
+// TestMain removes what buildRuled built once the tests ran.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if ruledBin != "" {
+		_ = os.RemoveAll(filepath.Dir(ruledBin))
+	}
+	os.Exit(code)
+}
+
 // buildRuled builds this package's binary once per test run, as users run it.
 func buildRuled(t *testing.T) string {
 	t.Helper()
@@ -87,9 +96,18 @@ type daemon struct {
 // port plus args, and waits until /readyz answers 200.
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
+	d := spawnDaemon(t, faultRules, args...)
+	d.waitReady(15 * time.Second)
+	return d
+}
+
+// spawnDaemon starts the binary with `serve --rules <rules>` on a free
+// port plus args, and returns once /livez answers.
+func spawnDaemon(t *testing.T, rulesText string, args ...string) *daemon {
+	t.Helper()
 	bin := buildRuled(t)
 	dir := t.TempDir()
-	rules := writeFile(t, dir, "rules.yaml", faultRules)
+	rules := writeFile(t, dir, "rules.yaml", rulesText)
 	// A short directory: the managed socket path must fit in sun_path.
 	dataDir, err := os.MkdirTemp("", "rf-")
 	if err != nil {
@@ -107,8 +125,20 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 	}
 	go func() { _ = d.cmd.Wait(); close(d.exited) }()
 	t.Cleanup(d.stop)
-	d.waitReady(15 * time.Second)
-	return d
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-d.exited:
+			t.Fatalf("ruled exited at start:\n%s", tail(d.log.String(), 30))
+		default:
+		}
+		if resp, err := http.Get(d.base + "/livez"); err == nil {
+			resp.Body.Close()
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ruled does not serve HTTP within 15s:\n%s", tail(d.log.String(), 30))
+		}
+	}
 }
 
 // stop ends the daemon with SIGTERM and checks that it stopped cleanly and
@@ -162,11 +192,20 @@ type verdict struct {
 // check asks about one request on path from ip.
 func (d *daemon) check(path, ip string) verdict {
 	d.t.Helper()
+	v, err := d.tryCheck(path, ip)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return v
+}
+
+// tryCheck is check for any goroutine: it returns what went wrong.
+func (d *daemon) tryCheck(path, ip string) (verdict, error) {
 	body := fmt.Sprintf(`{"request": {"ip": %q, "path": %q}}`, ip, path)
 	start := time.Now()
 	resp, err := http.Post(d.base+"/v1/check", "application/json", strings.NewReader(body))
 	if err != nil {
-		d.t.Fatalf("check: %v", err)
+		return verdict{}, fmt.Errorf("check: %w", err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -178,10 +217,10 @@ func (d *daemon) check(path, ip string) verdict {
 		} `json:"results"`
 	}
 	if err := json.Unmarshal(b, &r); err != nil || len(r.Results) != 1 {
-		d.t.Fatalf("check %s: %d %s", path, resp.StatusCode, b)
+		return verdict{}, fmt.Errorf("check %s: %d %s", path, resp.StatusCode, b)
 	}
 	v.degraded, v.errText = r.Results[0].Degraded, r.Results[0].Error
-	return v
+	return v, nil
 }
 
 // managedClient returns an administrative client of the managed
