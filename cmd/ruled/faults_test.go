@@ -253,9 +253,15 @@ func (d *daemon) checkLimits(ip string) {
 // degraded deny with 503 on /closed) within its time-out, or be normal.
 func (d *daemon) recoverAfter(since time.Time, bound time.Duration) time.Duration {
 	d.t.Helper()
+	return d.recoverAfterOn(since, bound, func(i int) string { return fmt.Sprintf("198.51.100.%d", i%250) })
+}
+
+// recoverAfterOn is recoverAfter with the subjects ip(0), ip(1), ...
+func (d *daemon) recoverAfterOn(since time.Time, bound time.Duration, ip func(i int) string) time.Duration {
+	d.t.Helper()
 	const perCall = time.Second // the 250 ms Redis time-out, with room for a loaded machine
 	for i := 0; ; i++ {
-		ip := fmt.Sprintf("198.51.100.%d", i%250)
+		ip := ip(i)
 		open, closed := d.check("/open", ip), d.check("/closed", ip)
 		for _, v := range []verdict{open, closed} {
 			if v.took > perCall {

@@ -191,6 +191,18 @@ func (c *Capability) breakerFor(ctx context.Context, key string) *breaker {
 	return b.(*breaker)
 }
 
+// reloadSlots has the capability's client and the plugin's (its ACL
+// user's, when isolated) reload the Cluster slot map in the background:
+// both must follow a failover, the first to pick the breaker and probe the
+// masters, the second to run the scripts. No-op unless on a Cluster.
+func (c *Capability) reloadSlots(plugin redis.UniversalClient) {
+	for _, client := range []redis.UniversalClient{c.client, plugin} {
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			cc.ReloadState(context.Background())
+		}
+	}
+}
+
 // scripterFor returns what runs scripts on client: the client, or its
 // autopipeliner when pipelining is on.
 func (c *Capability) scripterFor(client redis.UniversalClient) redis.Scripter {
@@ -309,7 +321,8 @@ type Plugin struct {
 	// scripter runs the plugin's scripts: as its own ACL user when
 	// isolation is on, else the capability's shared one.
 	scripter redis.Scripter
-	q        *quarantine // shared by every registration of the name
+	client   redis.UniversalClient // what scripter runs on
+	q        *quarantine           // shared by every registration of the name
 }
 
 // Register declares a plugin's scripts. Names must be valid and scripts
@@ -341,13 +354,13 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 	if err := CheckCommands(scripts); err != nil {
 		return nil, fmt.Errorf("capability: plugin %s: %w", plugin, err)
 	}
-	p.scripter = c.scripter
+	p.scripter, p.client = c.scripter, c.client
 	if c.acl != nil {
 		r, err := c.acl.add(ACLUser(plugin), c.ACLSetUser(plugin, scripts))
 		if err != nil {
 			return nil, fmt.Errorf("capability: plugin %s: %w", plugin, err)
 		}
-		p.scripter = r.scripter
+		p.scripter, p.client = r.scripter, r.client
 		// Set the user up now, so that the first decisions need no
 		// repair; when Redis is not there yet, calls and Reconcile do it.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*c.timeout)
@@ -486,6 +499,10 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 	br := p.cap.breakerFor(ctx, first)
 	ok, probe := br.allow()
 	if !ok {
+		// A Cluster master may be failing over: keep the slot maps
+		// fresh (at most one reload at a time each) so that calls move
+		// to the promoted replica as soon as there is one.
+		p.cap.reloadSlots(p.client)
 		err := &Error{Class: ClassConnection, Plugin: p.name, Script: script, Err: ErrCircuitOpen}
 		p.cap.observe(p.name, script, 0, err)
 		return sdk.Reply{}, err
@@ -517,10 +534,10 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 			p.cap.nudgeWatchdog()
 		}
 		unavailable := Unavailable(err) && !errors.Is(err, context.Canceled)
-		if cc, ok := p.cap.client.(*redis.ClusterClient); ok && unavailable {
+		if unavailable {
 			// A master may have failed over: learn the new owners of the
 			// slots now rather than at the next periodic reload.
-			cc.ReloadState(context.Background())
+			p.cap.reloadSlots(p.client)
 		}
 		br.record(unavailable, probe)
 		p.cap.observe(p.name, script, time.Since(start), err)

@@ -89,6 +89,9 @@ func (c *Capability) probeOnce(parent context.Context) {
 		return nil
 	}
 	err := forEachMaster(ctx, c.client, probe)
+	if err != nil {
+		c.reloadSlots(nil) // a Cluster master may be failing over
+	}
 
 	h := &c.health
 	h.mu.Lock()

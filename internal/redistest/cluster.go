@@ -155,6 +155,34 @@ func (c *Cluster) KillMasterForKey(key string) *Server {
 	return s
 }
 
+// ReplicasOf returns the live replicas of master, as its CLUSTER SHARDS
+// entry lists them.
+func (c *Cluster) ReplicasOf(master *Server) []*Server {
+	c.tb.Helper()
+	var shards []redis.ClusterShard
+	c.onLiveNode(func(ctx context.Context, n *redis.Client) (err error) {
+		shards, err = n.ClusterShards(ctx).Result()
+		return err
+	})
+	for _, sh := range shards {
+		var replicas []*Server
+		owns := false
+		for _, n := range sh.Nodes {
+			s := c.node(net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)))
+			switch {
+			case s == master && n.Role == "master":
+				owns = true
+			case s != nil && n.Role == "replica" && s.alive():
+				replicas = append(replicas, s)
+			}
+		}
+		if owns {
+			return replicas
+		}
+	}
+	return nil
+}
+
 // WaitHealthy waits until every live node reports cluster_state:ok with all
 // 16384 slots served and every live replica is in sync with its master, as
 // after a failover completed, and fails the test after timeout.
