@@ -19,8 +19,8 @@ var (
 
 // faultyRules are faultRules plus rules on the faulty test plugin
 // (testdata/faulty, built once as a Wasm module): /spin runs a script that
-// loops, /huge one that returns 1 MiB, /fine one that works. All three
-// follow the default on_error (allow).
+// loops, /writespin one that writes and then loops, /huge one that returns
+// 1 MiB, /fine one that works. All follow the default on_error (allow).
 func faultyRules(t *testing.T) string {
 	t.Helper()
 	faultyOnce.Do(func() {
@@ -37,9 +37,9 @@ func faultyRules(t *testing.T) string {
     subject: request.ip
     plugin: faulty
     config: {mode: %[2]s}
-`, name, map[string]string{"spin": "spin", "huge": "huge", "fine": "ok"}[name])
+`, name, map[string]string{"spin": "spin", "writespin": "writespin", "huge": "huge", "fine": "ok"}[name])
 	}
-	return "plugins:\n  faulty: {wasm: " + faultyPath + "}\n" + faultRules + rule("spin") + rule("huge") + rule("fine")
+	return "plugins:\n  faulty: {wasm: " + faultyPath + "}\n" + faultRules + rule("spin") + rule("writespin") + rule("huge") + rule("fine")
 }
 
 // TestFaultSpinningScript: a plugin's script loops in the managed Redis
@@ -84,6 +84,36 @@ func TestFaultSpinningScript(t *testing.T) {
 	d.checkLimits("203.0.113.3")
 	assertUsers(t, d.managedClient())
 	d.waitReady(2 * time.Second)
+}
+
+// TestFaultUnkillableScriptManaged: a script that wrote before looping
+// cannot be killed; ruled shuts its managed Redis down without saving, the
+// supervisor starts it again (empty), and the other rules decide normally,
+// isolated, within 3 s; the plugin is quarantined.
+func TestFaultUnkillableScriptManaged(t *testing.T) {
+	d := spawnDaemon(t, faultyRules(t))
+	d.waitReady(15 * time.Second)
+	if v := d.check("/fine", "203.0.113.1"); v.status != 200 || v.degraded != "" {
+		t.Fatalf("/fine before the fault: %+v", v)
+	}
+	started := time.Now()
+	go func() { _, _ = d.tryCheck("/writespin", "203.0.113.1") }()
+	time.Sleep(30 * time.Millisecond)
+	took := d.recoverAfter(started, 3*time.Second)
+	t.Logf("other rules normal %v after the script began looping", took.Round(time.Millisecond))
+	waitFor(t, time.Second, "the managed Redis shut down and restarted", func() bool {
+		l := d.log.String()
+		return strings.Contains(l, "cannot be killed: shutting it down without saving") && strings.Contains(l, "managed redis-server restarted")
+	})
+	if v := d.check("/writespin", "203.0.113.2"); v.degraded != "allow" || !strings.Contains(v.errText, "quarantine") {
+		t.Fatalf("/writespin after the shutdown: %+v, want degraded allow, quarantined", v)
+	}
+	d.checkLimits("203.0.113.3")
+	assertUsers(t, d.managedClient())
+	d.waitReady(2 * time.Second)
+	if n := strings.Count(d.log.String(), "managed redis-server restarted"); n != 1 {
+		t.Fatalf("the managed Redis restarted %d times, want once:\n%s", n, tail(d.log.String(), 30))
+	}
 }
 
 // TestFaultHugeReply: a script returning 1 MiB is refused inside Redis

@@ -253,11 +253,12 @@ func (d *daemon) checkLimits(ip string) {
 // degraded deny with 503 on /closed) within its time-out, or be normal.
 func (d *daemon) recoverAfter(since time.Time, bound time.Duration) time.Duration {
 	d.t.Helper()
-	return d.recoverAfterOn(since, bound, func(i int) string { return fmt.Sprintf("198.51.100.%d", i%250) })
+	return d.recoverAfterOn(since, bound, func(i int) string { return fmt.Sprintf("198.51.100.%d", i%250) }, nil)
 }
 
-// recoverAfterOn is recoverAfter with the subjects ip(0), ip(1), ...
-func (d *daemon) recoverAfterOn(since time.Time, bound time.Duration, ip func(i int) string) time.Duration {
+// recoverAfterOn is recoverAfter with the subjects ip(0), ip(1), ...; a
+// decision counts as normal only when served(ip) also holds (nil: always).
+func (d *daemon) recoverAfterOn(since time.Time, bound time.Duration, ip func(i int) string, served func(ip string) bool) time.Duration {
 	d.t.Helper()
 	const perCall = time.Second // the 250 ms Redis time-out, with room for a loaded machine
 	for i := 0; ; i++ {
@@ -269,7 +270,8 @@ func (d *daemon) recoverAfterOn(since time.Time, bound time.Duration, ip func(i 
 			}
 		}
 		switch {
-		case open.status == 200 && open.degraded == "" && closed.status == 200 && closed.degraded == "":
+		case open.status == 200 && open.degraded == "" && closed.status == 200 && closed.degraded == "" &&
+			(served == nil || served(ip)):
 			return time.Since(since)
 		case open.status != 200 || (open.degraded != "" && open.degraded != "allow"):
 			d.t.Fatalf("/open during the fault: %d degraded=%q, want 200 degraded allow", open.status, open.degraded)

@@ -175,7 +175,7 @@ func (c *Capability) stopScript(ctx context.Context, node *redis.Client, busySin
 			c.log.Error("watchdog: a script that wrote keeps the managed redis busy and cannot be killed: "+
 				"shutting it down without saving; its supervisor starts it again, empty", "node", addr,
 				"plugin", local.plugin, "script", local.script)
-			_ = node.ShutdownNoSave(ctx).Err() // the connection closes: no reply to wait for
+			shutdownOnce(ctx, node)
 			return
 		}
 		if last := c.unkillableLogged.Load(); time.Since(time.Unix(0, last)) > 10*time.Second {
@@ -310,4 +310,15 @@ func (c *Capability) quarantinePlugin(plugin, script, node, how string) {
 	d, strikes := c.quarantineOf(plugin).strike(time.Now(), c.quarantineFirst, reason)
 	c.log.Error("plugin quarantined: its script kept redis busy; its rules follow their on_error until the back-off ends",
 		"plugin", plugin, "script", script, "node", node, "how", how, "for", d, "strikes", strikes)
+}
+
+// shutdownOnce sends SHUTDOWN NOSAVE to node on a connection of its own
+// that never retries: the server closes the connection as it exits, and a
+// retry would stop the server its supervisor has just started again.
+func shutdownOnce(ctx context.Context, node *redis.Client) {
+	opts := *node.Options()
+	opts.MaxRetries, opts.PoolSize, opts.MinIdleConns = -1, 1, 0
+	once := redis.NewClient(&opts)
+	defer once.Close()
+	_ = once.ShutdownNoSave(ctx).Err() // no reply to wait for
 }

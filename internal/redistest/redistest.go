@@ -1,6 +1,7 @@
 // Package redistest starts real redis-server processes on free loopback
-// ports for tests, alone (Start) or joined into a Redis Cluster
-// (StartCluster), and stops them when the test ends.
+// ports for tests, alone (Start), joined into a Redis Cluster
+// (StartCluster) or as a master, replicas and a Sentinel (StartSentinel),
+// and stops them when the test ends.
 package redistest
 
 import (
@@ -27,6 +28,7 @@ type Server struct {
 	dir      string
 	args     []string // extra arguments, reused by Restart
 	password string   // the --requirepass argument, if any
+	sentinel string   // the config file of a Sentinel (which must have one); "" for a server
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -128,6 +130,10 @@ func (s *Server) start(bin string) error {
 		"--daemonize", "no",
 		"--loglevel", "warning",
 		"--protected-mode", "yes",
+	}
+	if s.sentinel != "" {
+		args = []string{s.sentinel, "--sentinel", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+			"--daemonize", "no", "--loglevel", "warning"}
 	}
 	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)

@@ -96,3 +96,35 @@ func TestClusterServesEverySlotAndFailsOver(t *testing.T) {
 		t.Fatalf("key-0 after failover: %d, %v; want the replicated value", v, err)
 	}
 }
+
+func TestSentinelFailsOver(t *testing.T) {
+	s := redistest.StartSentinel(t, 1)
+	ctx := context.Background()
+	old := s.Master()
+	if err := old.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := old.Client().Wait(ctx, 1, 2*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d, %v", n, err)
+	}
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: []string{s.SentinelAddr()}})
+	defer fc.Close()
+	if v, err := fc.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("through the Sentinel: %q, %v", v, err)
+	}
+	started := time.Now()
+	promoted := s.Failover(10 * time.Second)
+	if promoted == old {
+		t.Fatal("the same node is master after the failover")
+	}
+	if v, err := promoted.Client().Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("the promoted replica lacks the data: %q, %v", v, err)
+	}
+	t.Logf("failover took %v", time.Since(started).Round(time.Millisecond))
+	if v, err := fc.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("through the Sentinel after the failover: %q, %v", v, err)
+	}
+	if err := fc.Set(ctx, "k", "w", 0).Err(); err != nil {
+		t.Fatalf("writing through the Sentinel after the failover: %v", err)
+	}
+}
