@@ -112,6 +112,9 @@ func TestWatchdogKillsASpinningScriptAndQuarantinesItsPlugin(t *testing.T) {
 		t.Fatalf("no quarantine log line with strikes=1 for=%v:\n%s", first, logs.String())
 	}
 	t.Logf("spinning script stopped, other plugin normal again %v after it started", took)
+	if again := register(t, c, "spinner", spin); again.Quarantined() == "" {
+		t.Fatal("registering the plugin again (a reload) lifted its quarantine")
+	}
 
 	waitUntil(t, 2*first, "the back-off ends", func() bool { return bad.Quarantined() == "" })
 	offend() // tried again, offends again

@@ -108,7 +108,7 @@ func Unpack(packed uint64) (ptr, n uint32) { return uint32(packed >> 32), uint32
 // Error is a host call that failed, as a Reply carries it to the guest.
 type Error struct {
 	// Class is the capability's failure class ("timeout", "connection",
-	// "script", "refused", "isolation", "busy", "oom"), or empty.
+	// "script", "refused", "isolation", "busy", "oom", "quarantine"), or empty.
 	Class string
 	// Message describes the failure.
 	Message string

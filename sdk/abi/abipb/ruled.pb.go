@@ -1101,7 +1101,7 @@ func (x *ReplyArray) GetElems() []*Reply {
 type Error struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// class is the capability's failure class: "timeout", "connection",
-	// "script", "refused", "isolation", "busy" or "oom"; empty when unknown.
+	// "script", "refused", "isolation", "busy", "oom" or "quarantine"; empty when unknown.
 	Class         string `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
