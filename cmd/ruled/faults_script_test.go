@@ -130,6 +130,7 @@ func TestFaultHugeReply(t *testing.T) {
 		}
 	}
 	d.checkLimits("198.51.100.200")
+	assertUsers(t, d.managedClient())
 	d.waitReady(time.Second)
 }
 

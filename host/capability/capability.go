@@ -235,8 +235,8 @@ func (c *Capability) Prefix() string { return c.prefix }
 // Timeout returns the per-call time-out.
 func (c *Capability) Timeout() time.Duration { return c.timeout }
 
-// MaxReplyBytes caps what one script call may return: strings count their
-// length, numbers and array headers 8 bytes each. A larger reply is refused
+// MaxReplyBytes caps what one script call may return: arrays count 8 bytes
+// and 8 for each entry, strings their length. A larger reply is refused
 // inside Redis (it never crosses the network), and the call fails with
 // ClassRefused against the plugin: rate-limit decisions need a few numbers.
 const MaxReplyBytes = 64 << 10
@@ -255,29 +255,34 @@ local function ruled_script()
 
 // postlude closes the plugin's function, runs it and refuses a reply of
 // more than MaxReplyBytes before Redis sends it.
-var postlude = `
-end
-local ruled_max = ` + strconv.Itoa(MaxReplyBytes) + `
-local function ruled_size(v, n)
-  if n > ruled_max then return n end
-  local t = type(v)
-  if t == 'string' then return n + #v end
-  if t ~= 'table' then return n + 8 end
-  if v.err then return n + #tostring(v.err) end
-  if v.ok then return n + #tostring(v.ok) end
-  n = n + 8
-  for _, x in ipairs(v) do
-    n = ruled_size(x, n)
-    if n > ruled_max then return n end
-  end
-  return n
+var postlude = strings.NewReplacer("MAX", strconv.Itoa(MaxReplyBytes), "TOOLARGE",
+	"redis.error_reply('TOOLARGE reply of more than "+strconv.Itoa(MaxReplyBytes)+" bytes refused by ruled')").Replace(`
 end
 local ruled_reply = ruled_script()
-if ruled_size(ruled_reply, 0) > ruled_max then
-  return redis.error_reply('TOOLARGE reply of more than ` + strconv.Itoa(MaxReplyBytes) + ` bytes refused by ruled')
+local ruled_type = type(ruled_reply)
+if ruled_type == 'string' then
+  if #ruled_reply > MAX then return TOOLARGE end
+elseif ruled_type == 'table' then
+  local n, todo, v, type = 0, nil, ruled_reply, type -- todo: nested arrays, rare
+  while v do
+    if v.err ~= nil then n = n + #tostring(v.err)
+    elseif v.ok ~= nil then n = n + #tostring(v.ok)
+    else
+      local len = #v
+      n = n + 8 + 8 * len -- a header, and 8 for each entry
+      if n > MAX then return TOOLARGE end
+      for i = 1, len do
+        local x = v[i]
+        local t = type(x)
+        if t == 'string' then n = n + #x elseif t == 'table' then todo = todo or {}; todo[#todo + 1] = x end
+      end
+    end
+    if n > MAX then return TOOLARGE end
+    v = todo and table.remove(todo)
+  end
 end
 return ruled_reply
-`
+`)
 
 // Source returns the script ruled runs for a plugin's declared source: a
 // first line that names it (SLOWLOG shows it, for the watchdog), the
