@@ -81,8 +81,8 @@ func TestWithoutACLRightsPluginsFailClosedUntilTheOperatorActs(t *testing.T) {
 	}
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "limited", Password: "pw"})
 	defer client.Close()
-	var logged strings.Builder
-	c := capability.New(client, capability.Options{Isolation: isolation(t, srv), Logger: newTextLogger(&logged)})
+	var logged logBuf
+	c := capability.New(client, capability.Options{Isolation: isolation(t, srv), Logger: logged.logger()})
 	p, err := c.Register("p", []sdk.Script{{Name: "s", Source: `return redis.call('INCR', KEYS[1])`, Commands: []string{"INCR"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -198,8 +198,8 @@ func TestRedisDownAtRegisterFailsClosed(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
 	ctx := context.Background()
-	var logged strings.Builder
-	c := newCap(t, srv, capability.Options{Timeout: 200 * time.Millisecond, Isolation: isolation(t, srv), Logger: newTextLogger(&logged)})
+	var logged logBuf
+	c := newCap(t, srv, capability.Options{Timeout: 200 * time.Millisecond, Isolation: isolation(t, srv), Logger: logged.logger()})
 	p, err := c.Register("p", []sdk.Script{{Name: "incr", Source: `return redis.call('INCR', KEYS[1])`, Commands: []string{"INCR"}}})
 	if err != nil {
 		t.Fatal(err)

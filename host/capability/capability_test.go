@@ -3,9 +3,7 @@ package capability_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -239,21 +237,6 @@ func TestPipelinedCallsKeepTheirOwnReplies(t *testing.T) {
 	if _, err := p.Host("r", "s").Eval(context.Background(), "incr", []string{"n"}); err != nil {
 		t.Fatalf("after SCRIPT FLUSH: %v", err)
 	}
-}
-
-func newTextLogger(w *strings.Builder) *slog.Logger {
-	return slog.New(slog.NewTextHandler(&lockedWriter{w: w}, nil))
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // A reply over MaxReplyBytes is refused inside Redis, counts against the
