@@ -153,16 +153,7 @@ func TestFaultOOM(t *testing.T) {
 		}
 		_ = admin.Eval(ctx, fill, nil, i).Err()
 	}
-	for i := range 3 {
-		ip := fmt.Sprintf("198.51.100.%d", i)
-		open, closed := d.check("/open", ip), d.check("/closed", ip)
-		if open.status != 200 || open.degraded != "allow" || !strings.Contains(open.errText, "oom") || open.took > time.Second {
-			t.Fatalf("/open at maxmemory: %+v, want 200 degraded allow, class oom", open)
-		}
-		if closed.status != 503 || closed.degraded != "deny" || closed.took > time.Second {
-			t.Fatalf("/closed at maxmemory: %+v, want 503 degraded deny", closed)
-		}
-	}
+	d.degradedNow("at maxmemory", "oom")
 	d.waitReady(time.Second)
 	freed := time.Now()
 	if err := admin.FlushDB(ctx).Err(); err != nil {
@@ -182,22 +173,30 @@ func TestFaultRedisLateAtStart(t *testing.T) {
 	srv.Kill()
 	d := spawnDaemon(t, faultRules, "--redis", srv.URL())
 	d.readyIs(503, 3*time.Second)
-	for i := range 3 {
-		ip := fmt.Sprintf("198.51.100.%d", i)
-		open, closed := d.check("/open", ip), d.check("/closed", ip)
-		if open.status != 200 || open.degraded != "allow" || open.took > time.Second {
-			t.Fatalf("/open without Redis: %+v, want 200 degraded allow", open)
-		}
-		if closed.status != 503 || closed.degraded != "deny" || closed.took > time.Second {
-			t.Fatalf("/closed without Redis: %+v, want 503 degraded deny", closed)
-		}
-	}
+	d.degradedNow("without Redis", "")
 	srv.Restart()
 	up := time.Now()
 	took := d.recoverAfter(up, 3*time.Second)
 	t.Logf("normal decisions %v after Redis came up", took.Round(time.Millisecond))
 	assertUsers(t, srv.Client())
 	d.readyIs(200, 3*time.Second)
+}
+
+// degradedNow asserts that decisions on fresh subjects follow on_error now,
+// each within 1 s: /open degraded allow (its error naming class, if set),
+// /closed 503 degraded deny.
+func (d *daemon) degradedNow(when, class string) {
+	d.t.Helper()
+	for i := range 3 {
+		ip := fmt.Sprintf("198.51.100.%d", i)
+		open, closed := d.check("/open", ip), d.check("/closed", ip)
+		if open.status != 200 || open.degraded != "allow" || !strings.Contains(open.errText, class) || open.took > time.Second {
+			d.t.Fatalf("/open %s: %+v, want 200 degraded allow (class %q) within 1s", when, open, class)
+		}
+		if closed.status != 503 || closed.degraded != "deny" || closed.took > time.Second {
+			d.t.Fatalf("/closed %s: %+v, want 503 degraded deny within 1s", when, closed)
+		}
+	}
 }
 
 // waitFor polls cond until it holds, failing the test after within.

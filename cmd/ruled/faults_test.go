@@ -210,12 +210,7 @@ func (d *daemon) tryCheck(path, ip string) (verdict, error) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	v := verdict{status: resp.StatusCode, took: time.Since(start)}
-	var r struct {
-		Results []struct {
-			Degraded string `json:"degraded"`
-			Error    string `json:"error"`
-		} `json:"results"`
-	}
+	var r checkResult
 	if err := json.Unmarshal(b, &r); err != nil || len(r.Results) != 1 {
 		return verdict{}, fmt.Errorf("check %s: %d %s", path, resp.StatusCode, b)
 	}

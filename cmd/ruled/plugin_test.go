@@ -160,6 +160,7 @@ type checkResult struct {
 		ResetMS      int64  `json:"reset_ms"`
 		RetryAfterMS int64  `json:"retry_after_ms"`
 		Degraded     string `json:"degraded"`
+		Error        string `json:"error"`
 	} `json:"results"`
 }
 

@@ -107,8 +107,6 @@ type Capability struct {
 	quarantineFirst   time.Duration
 	restartUnkillable bool
 	unkillableLogged  atomic.Int64 // unix nanoseconds of the last UNKILLABLE log line
-	slowMu            sync.Mutex
-	slowSeen          map[string]slowEntry // node → the SLOWLOG entry last named as a culprit
 }
 
 // New returns a Capability over client.
@@ -119,7 +117,6 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 	}
 	c.pipeline = opts.Pipeline
 	c.probeNow = make(chan struct{}, 1)
-	c.slowSeen = map[string]slowEntry{}
 	c.quarantineFirst, c.restartUnkillable = opts.Quarantine, opts.RestartUnkillable
 	if c.quarantineFirst <= 0 {
 		c.quarantineFirst = DefaultQuarantine

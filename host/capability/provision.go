@@ -188,7 +188,7 @@ func (pr *provisioner) run(f *flight) {
 // that cannot be reached does not fail the pass (it serves nothing now; a
 // call repairs it if it is promoted); it is logged at debug level.
 func (pr *provisioner) pass(ctx context.Context) error {
-	provision := func(ctx context.Context, node *redis.Client) error { return pr.provisionNode(ctx, node) }
+	provision := pr.provisionNode
 	if err := forEachMaster(ctx, pr.client, provision); err != nil {
 		return err
 	}

@@ -203,10 +203,17 @@ func (c *Capability) onNode(ctx context.Context, addr string) func(string) bool 
 	}
 }
 
-// slowlogCulprit names the plugin and script of the longest script call the
-// node's SLOWLOG shows ending in the last 10 s (by Redis's clock), which
-// the watchdog did not name before: after SCRIPT KILL, the killed one. It
-// sees scripts run by every ruled instance.
+// slowlogWindow is how recent a SLOWLOG entry must be (by Redis's clock,
+// to the second) to name a culprit: the killed script's entry is a moment
+// old, and an older one must not name a plugin whose quarantine for it
+// (DefaultQuarantine) has just ended.
+const slowlogWindow = 5 * time.Second
+
+// slowlogCulprit names the plugin and script of the longest script call
+// the node's SLOWLOG shows ending within slowlogWindow,
+// leaving out plugins quarantined now (they were named for it already):
+// after SCRIPT KILL, the killed one. It sees scripts run by every ruled
+// instance.
 func (c *Capability) slowlogCulprit(ctx context.Context, node *redis.Client) (plugin, script string, ok bool) {
 	var logs []redis.SlowLog
 	var now time.Time
@@ -227,87 +234,50 @@ func (c *Capability) slowlogCulprit(ctx context.Context, node *redis.Client) (pl
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	addr := node.Options().Addr
-	var best *redis.SlowLog
-	for i := range logs {
-		l := &logs[i]
-		if len(l.Args) < 3 || now.Sub(l.Time) > 10*time.Second || c.slowlogSeen(addr, l) {
+	var longest time.Duration
+	for _, l := range logs {
+		if len(l.Args) < 2 || now.Sub(l.Time) > slowlogWindow || l.Duration <= longest {
 			continue
 		}
-		if cmd := strings.ToLower(l.Args[0]); cmd != "evalsha" && cmd != "eval" {
-			continue
-		}
-		if best == nil || l.Duration > best.Duration {
-			best = l
+		if p, s := c.identify(l.Args); p != "" && c.quarantineOf(p).refuses(now) == "" {
+			plugin, script, ok, longest = p, s, true, l.Duration
 		}
 	}
-	if best == nil {
-		return "", "", false
-	}
-	plugin, script = c.identify(best.Args)
-	if plugin == "" {
-		return "", "", false
-	}
-	c.slowlogSaw(addr, best)
-	return plugin, script, true
+	return plugin, script, ok
 }
 
-// slowlogSeen reports whether the watchdog already named the culprit of
-// the SLOWLOG entry l on the node at addr (IDs start again at 0 when Redis
-// restarts: the time tells them apart).
-func (c *Capability) slowlogSeen(addr string, l *redis.SlowLog) bool {
-	c.slowMu.Lock()
-	defer c.slowMu.Unlock()
-	last, ok := c.slowSeen[addr]
-	return ok && last.id == l.ID && last.at.Equal(l.Time)
-}
-
-func (c *Capability) slowlogSaw(addr string, l *redis.SlowLog) {
-	c.slowMu.Lock()
-	defer c.slowMu.Unlock()
-	c.slowSeen[addr] = slowEntry{id: l.ID, at: l.Time}
-}
-
-// slowEntry identifies one SLOWLOG entry of a node.
-type slowEntry struct {
-	id int64
-	at time.Time
-}
-
-// identify names the plugin and script of an EVALSHA/EVAL command line as
-// SLOWLOG shows it: from the script's hash (EVALSHA) or its first line
-// (EVAL), and the namespace of its first key; "" when the call is not one
-// of ruled's.
+// identify names the plugin and script of an EVALSHA or EVAL command line
+// as SLOWLOG shows it (arguments cut at 128 bytes): by the script's hash,
+// or the first line of its source, which Source makes name both; "" when
+// it is not a script this capability registered.
 func (c *Capability) identify(args []string) (plugin, script string) {
-	var byHash [2]string
 	switch {
 	case strings.EqualFold(args[0], "evalsha"):
 		if v, ok := c.byHash.Load(args[1]); ok {
-			byHash = v.([2]string)
+			id := v.([2]string)
+			return id[0], id[1]
 		}
-	case strings.HasPrefix(args[1], sourceTag): // EVAL: the source's first line names it
+	case strings.EqualFold(args[0], "eval") && strings.HasPrefix(args[1], sourceTag):
 		line, _, _ := strings.Cut(strings.TrimPrefix(args[1], sourceTag), "\n")
-		plugin, script, _ := strings.Cut(line, "/")
+		plugin, script, _ = strings.Cut(line, "/")
 		if _, registered := c.quarantines.Load(plugin); registered {
-			byHash = [2]string{plugin, script}
+			return plugin, script
 		}
 	}
-	if len(args) > 3 && strings.HasPrefix(args[3], c.prefix+":") {
-		name, _, _ := strings.Cut(strings.TrimPrefix(args[3], c.prefix+":"), ":")
-		if _, registered := c.quarantines.Load(name); registered {
-			if byHash[0] != name {
-				return name, "?" // two plugins declared the same source
-			}
-			return name, byHash[1]
-		}
-	}
-	return byHash[0], byHash[1]
+	return "", ""
 }
 
-// quarantinePlugin quarantines a plugin by name for its next back-off.
+// quarantinePlugin quarantines a plugin by name for its next back-off,
+// unless it is quarantined now: one offence, however often it is seen
+// (a script that cannot be killed stays BUSY for many probes), is one
+// strike.
 func (c *Capability) quarantinePlugin(plugin, script, node, how string) {
+	q := c.quarantineOf(plugin)
+	if q.refuses(time.Now()) != "" {
+		return
+	}
 	reason := fmt.Sprintf("its script %s kept redis %s busy (%s)", script, node, how)
-	d, strikes := c.quarantineOf(plugin).strike(time.Now(), c.quarantineFirst, reason)
+	d, strikes := q.strike(time.Now(), c.quarantineFirst, reason)
 	c.log.Error("plugin quarantined: its script kept redis busy; its rules follow their on_error until the back-off ends",
 		"plugin", plugin, "script", script, "node", node, "how", how, "for", d, "strikes", strikes)
 }

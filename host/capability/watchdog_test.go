@@ -180,6 +180,10 @@ func TestWatchdogUnkillableScript(t *testing.T) {
 				waitUntil(t, 2*time.Second, "not ready while Redis is busy", func() bool {
 					return capability.ClassOf(c.RedisErr()) == capability.ClassBusy
 				})
+				time.Sleep(500 * time.Millisecond) // five more probes find it BUSY and UNKILLABLE
+				if n := strings.Count(logs.String(), "plugin quarantined"); n != 1 {
+					t.Fatalf("one offence quarantined the plugin %d times:\n%s", n, logs.String())
+				}
 				srv.Kill() // end the test's script the only way there is
 				return
 			}

@@ -108,7 +108,7 @@ type Store struct {
 // ctx bounds that start only, the server then lives until Close.
 //
 // In external mode Open does not contact Redis: ruled must be able to start
-// while Redis is down and report not-ready through Ping until it is back.
+// while Redis is down (readiness then follows the capability's probe).
 // Only the URL is checked.
 func Open(ctx context.Context, o Options) (*Store, error) {
 	log := o.Logger
@@ -245,8 +245,9 @@ func (s *Store) Describe() string {
 	return s.desc
 }
 
-// Ping checks that Redis answers, for readiness probes. Without a deadline
-// in ctx it is bounded by twice the dial time-out.
+// Ping checks that Redis answers, naming the store in its error. Without a
+// deadline in ctx it is bounded by twice the dial time-out. (ruled's
+// readiness comes from capability.Probe, which asks every master.)
 func (s *Store) Ping(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

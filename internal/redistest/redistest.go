@@ -28,7 +28,6 @@ type Server struct {
 	dir      string
 	args     []string // extra arguments, reused by Restart
 	password string   // the --requirepass argument, if any
-	sentinel string   // the config file of a Sentinel (which must have one); "" for a server
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -38,7 +37,9 @@ type Server struct {
 // Start starts a redis-server on a free loopback port and registers its
 // shutdown with tb.Cleanup. The test fails when redis-server is not on PATH.
 //
-// extraArgs are passed to redis-server after ruled's defaults, so they win.
+// extraArgs are passed to redis-server after ruled's defaults, so they win;
+// a first one that is not an option names a configuration file, which
+// redis-server takes first.
 // With "--requirepass", "pw" among them, readiness checks, Client and URL
 // use that password.
 func Start(tb testing.TB, extraArgs ...string) *Server {
@@ -131,11 +132,12 @@ func (s *Server) start(bin string) error {
 		"--loglevel", "warning",
 		"--protected-mode", "yes",
 	}
-	if s.sentinel != "" {
-		args = []string{s.sentinel, "--sentinel", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-			"--daemonize", "no", "--loglevel", "warning"}
+	extra := s.args
+	if len(extra) > 0 && !strings.HasPrefix(extra[0], "--") {
+		// A configuration file (a Sentinel needs one) must come first.
+		args, extra = append([]string{extra[0]}, args...), extra[1:]
 	}
-	args = append(args, s.args...)
+	args = append(args, extra...)
 	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(fmt.Sprintf("%s/redis-%d.log", s.dir, s.Port))
 	if err != nil {

@@ -41,29 +41,13 @@ func StartSentinel(tb testing.TB, replicas int) *Sentinel {
 			"--repl-diskless-sync-delay", "0"))
 	}
 	dir := tb.TempDir()
-	bin := lookPath(tb, "redis-server")
-	var err error
-	for range 5 {
-		sen := &Server{tb: tb, dir: dir}
-		if sen.Port, err = freePort(); err != nil {
-			break
-		}
-		sen.sentinel = filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", sen.Port))
-		conf := fmt.Sprintf("dir %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %[2]s %d\n"+
-			"sentinel failover-timeout %[2]s 5000\nsentinel parallel-syncs %[2]s %d\n",
-			dir, SentinelMaster, master.Port, SentinelDownAfter.Milliseconds(), max(replicas, 1))
-		if err = os.WriteFile(sen.sentinel, []byte(conf), 0o600); err != nil {
-			break
-		}
-		if err = sen.start(bin); err == nil {
-			tb.Cleanup(sen.Kill)
-			s.sentinel = sen
-			break
-		}
-	}
-	if s.sentinel == nil {
-		tb.Fatalf("redistest: starting a Sentinel: %v", err)
-	}
+	s.sentinel = startOn(tb, dir, func(port int) ([]string, error) {
+		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", port))
+		text := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %[1]s %d\n"+
+			"sentinel failover-timeout %[1]s 5000\nsentinel parallel-syncs %[1]s %d\n",
+			SentinelMaster, master.Port, SentinelDownAfter.Milliseconds(), max(replicas, 1))
+		return []string{conf, "--sentinel"}, os.WriteFile(conf, []byte(text), 0o600)
+	})
 	s.WaitInSync(30 * time.Second)
 	return s
 }
