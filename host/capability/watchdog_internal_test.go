@@ -30,3 +30,16 @@ func TestQuarantineBackOff(t *testing.T) {
 		t.Fatalf("after an hour without offence: %v (strike %d), want %v (strike 1)", d, strikes, DefaultQuarantine)
 	}
 }
+
+// BenchmarkRunningCalls is what tracking the calls in flight (for the
+// watchdog to name a script Redis cannot kill) adds to every call.
+func BenchmarkRunningCalls(b *testing.B) {
+	var l runningCalls
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r := running{plugin: "p", script: "s", start: time.Now()}
+			l.add(&r)
+			l.remove(&r)
+		}
+	})
+}
