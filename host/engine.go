@@ -118,7 +118,21 @@ type Options struct {
 	// LoadPlugin loads the third-party plugins rule files declare. Without
 	// it, rule files that declare plugins fail to load.
 	LoadPlugin PluginLoader
+	// DecisionTimeout bounds one check (default DecisionTimeoutCalls times
+	// the capability's time-out): the Redis calls of all its rules and the
+	// refunds of a denial share it, and a rule reached once it is spent
+	// follows its on_error at once (ErrDecisionTimeout).
+	DecisionTimeout time.Duration
 }
+
+// DecisionTimeoutCalls is the default DecisionTimeout in calls: a check
+// may wait for two Redis calls that time out, so that a rule whose node
+// is slow leaves time for the next rule, on another node, to decide.
+const DecisionTimeoutCalls = 2
+
+// ErrDecisionTimeout is the error of a rule that was reached after its
+// check's DecisionTimeout was spent: it follows its on_error policy.
+var ErrDecisionTimeout = errors.New("host: decision time-out spent before this rule ran")
 
 // Outcome classifies one rule's decision for metrics.
 type Outcome string
@@ -191,6 +205,7 @@ type Engine struct {
 	clusterSize atomic.Int64 // live ruled instances, as last seen in Redis
 	degradedLog logGate      // rate-limits "decision degraded" warnings per rule
 	leases      *leases
+	timeout     time.Duration // DecisionTimeout
 }
 
 // ErrNoRule is the error of an operation on a rule the serving set lacks.
@@ -250,6 +265,10 @@ func NewEngine(o Options) (*Engine, error) {
 		deny: local.NewDenyCache(o.DenyCacheSize), local: local.NewLimiters(), obs: o.Observer, leases: newLeases()}
 	if e.obs == nil {
 		e.obs = nopObserver{}
+	}
+	e.timeout = o.DecisionTimeout
+	if e.timeout <= 0 {
+		e.timeout = DecisionTimeoutCalls * o.Capability.Timeout()
 	}
 	e.clusterSize.Store(1)
 	if e.log == nil {
@@ -497,7 +516,9 @@ func (e *Engine) Check(ctx context.Context, req *CheckRequest) Result {
 // per decision for them.
 func (e *Engine) CheckInto(ctx context.Context, req *CheckRequest, res *Result) {
 	start := time.Now()
-	e.check(ctx, req, res)
+	b := budget{parent: ctx, deadline: start.Add(e.timeout)}
+	e.check(&b, req, res)
+	b.release()
 	for i := range res.Results {
 		rr := &res.Results[i]
 		e.obs.Decision(rr.Rule, rr.Plugin, outcome(rr), rr.cached)
@@ -508,7 +529,43 @@ func (e *Engine) CheckInto(ctx context.Context, req *CheckRequest, res *Result) 
 // selections pools the per-check slices of matching rules.
 var selections = sync.Pool{New: func() any { s := make([]rules.Selection, 0, 8); return &s }}
 
-func (e *Engine) check(ctx context.Context, req *CheckRequest, res *Result) {
+// DecisionTimeout returns the bound of one check.
+func (e *Engine) DecisionTimeout() time.Duration { return e.timeout }
+
+// budget is one check's time: the context every plugin call of the check
+// runs under, made at the first call (a check the deny cache answers
+// needs none).
+type budget struct {
+	parent   context.Context
+	deadline time.Time
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+// minCallTime is the least time left in which a check still asks Redis.
+const minCallTime = time.Millisecond
+
+// context returns the check's context, or false when its time is spent
+// (less than minCallTime left).
+func (b *budget) context() (context.Context, bool) {
+	if b.ctx == nil {
+		if d, ok := b.parent.Deadline(); ok && !d.After(b.deadline) {
+			b.ctx, b.deadline = b.parent, d
+		} else {
+			b.ctx, b.cancel = context.WithDeadline(b.parent, b.deadline)
+		}
+	}
+	return b.ctx, b.ctx.Err() == nil && time.Until(b.deadline) >= minCallTime
+}
+
+// release frees the check's context.
+func (b *budget) release() {
+	if b.cancel != nil {
+		b.cancel()
+	}
+}
+
+func (e *Engine) check(b *budget, req *CheckRequest, res *Result) {
 	g := e.gen.Load()
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
 	buf := selections.Get().(*[]rules.Selection)
@@ -522,7 +579,7 @@ func (e *Engine) check(ctx context.Context, req *CheckRequest, res *Result) {
 	for _, sel := range sels {
 		res.Results = append(res.Results, RuleResult{})
 		rr := &res.Results[len(res.Results)-1]
-		e.decide(ctx, g, sel, req, rr)
+		e.decide(b, g, sel, req, rr)
 		if rr.Shadow || rr.Allowed {
 			continue
 		}
@@ -531,12 +588,12 @@ func (e *Engine) check(ctx context.Context, req *CheckRequest, res *Result) {
 		if rr.Degraded == DegradedDeny {
 			res.FailClosed = true
 		}
-		e.refund(ctx, g, sels, res.Results, req)
+		e.refund(b, g, sels, res.Results, req)
 		break
 	}
 }
 
-func (e *Engine) decide(ctx context.Context, g *generation, sel rules.Selection, req *CheckRequest, rr *RuleResult) {
+func (e *Engine) decide(b *budget, g *generation, sel rules.Selection, req *CheckRequest, rr *RuleResult) {
 	rule := sel.Rule
 	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow}
 	if sel.Err != nil {
@@ -551,6 +608,11 @@ func (e *Engine) decide(ctx context.Context, g *generation, sel rules.Selection,
 			rr.Decision, rr.cached = d, true
 			return
 		}
+	}
+	ctx, ok := b.context()
+	if !ok {
+		e.degrade(rr, sel, req, ErrDecisionTimeout)
+		return
 	}
 	var d sdk.Decision
 	var err error
@@ -627,8 +689,12 @@ func (e *Engine) logDegraded(rule *rules.Rule, rr *RuleResult, err error) {
 	} else if !e.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
+	class := capability.ClassOf(err)
+	if errors.Is(err, ErrDecisionTimeout) {
+		class = capability.ClassTimeout
+	}
 	e.log.Log(context.Background(), lv, "decision degraded", "rule", rule.Name, "plugin", rule.Plugin,
-		"policy", string(rr.Degraded), "class", string(capability.ClassOf(err)), "err", err, "suppressed", suppressed)
+		"policy", string(rr.Degraded), "class", string(class), "err", err, "suppressed", suppressed)
 }
 
 // Available reports whether Redis answered the last calls (the circuit
@@ -645,9 +711,14 @@ func (e *Engine) DenyCacheHits() int64 { return e.deny.Hits() }
 // refund gives back what the evaluated rules granted to a request that was
 // denied in the end. Only plugin-granted units are refunded; a refund that
 // fails is logged and otherwise ignored (the units expire with the window).
-func (e *Engine) refund(ctx context.Context, g *generation, sels []rules.Selection, done []RuleResult, req *CheckRequest) {
+func (e *Engine) refund(b *budget, g *generation, sels []rules.Selection, done []RuleResult, req *CheckRequest) {
+	ctx, ok := b.context()
 	for i, rr := range done {
 		if rr.Degraded != DegradedNone || !rr.Allowed || rr.Granted <= 0 {
+			continue
+		}
+		if !ok {
+			e.log.Warn("refund skipped: the decision time-out is spent", "rule", rr.Rule)
 			continue
 		}
 		sel := sels[i]

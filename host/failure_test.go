@@ -2,7 +2,10 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/plugins/builtin"
 )
 
 const policyRules = `rules:
@@ -105,9 +112,9 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	}
 	t.Logf("outcomes %v; slowest decision %v; normal again %v after restart", byPolicy, slowest,
 		time.Duration(lastNormal.Load()-restarted.UnixNano()))
-	// At most the three rules' calls can each wait for the time-out before
-	// the circuit opens; allow scheduling slack on a loaded machine.
-	if budget := 3*timeout + 300*time.Millisecond; slowest > budget {
+	// A check waits at most its decision time-out (two calls' time-outs),
+	// not one per rule; allow scheduling slack on a loaded machine.
+	if budget := e.DecisionTimeout() + 300*time.Millisecond; slowest > budget {
 		t.Fatalf("slowest decision %v, budget %v", slowest, budget)
 	}
 	if byPolicy["allow,local,deny,"] == 0 {
@@ -270,4 +277,57 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 		t.Fatalf("deny cache answered %d of 198 denials", hits)
 	}
 	t.Logf("%d script calls, %d deny-cache hits for 200 requests", calls, hits)
+}
+
+// TestDecisionTimeoutBoundsTheCheck: with Redis stopped, a check of three
+// rules answers within its DecisionTimeout, not three call time-outs: the
+// first rule waits for its call's time-out, the second for what is left,
+// the third follows its on_error at once with ErrDecisionTimeout.
+func TestDecisionTimeoutBoundsTheCheck(t *testing.T) {
+	srv := redistest.Start(t)
+	const call, decision = 100 * time.Millisecond, 150 * time.Millisecond
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: call}),
+		Plugins: builtin.All(), DecisionTimeout: decision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(policyRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if e.DecisionTimeout() != decision {
+		t.Fatalf("DecisionTimeout %v, want %v", e.DecisionTimeout(), decision)
+	}
+	req := &host.CheckRequest{Request: host.Request{IP: "192.0.2.8", Path: "/closed"}, Hits: 1}
+	if res := e.Check(context.Background(), req); !res.Allowed || len(res.Results) != 3 || res.Results[2].Degraded != "" {
+		t.Fatalf("before the pause: %+v", res)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	res := e.Check(context.Background(), req)
+	took := time.Since(start)
+	t.Logf("three rules on a stopped Redis: answered in %v", took)
+	if took < decision-10*time.Millisecond || took > decision+100*time.Millisecond {
+		t.Fatalf("answered in %v, want the decision time-out %v (not 3 × %v)", took, decision, call)
+	}
+	if len(res.Results) != 3 || res.Allowed {
+		t.Fatalf("results %+v, want three, denied by the on_error: deny rule", res.Results)
+	}
+	for i, want := range []host.Degraded{host.DegradedAllow, host.DegradedLocal, host.DegradedDeny} {
+		if r := res.Results[i]; r.Degraded != want || r.Err == nil {
+			t.Errorf("rule %s: degraded %q (%v), want %q", r.Rule, r.Degraded, r.Err, want)
+		}
+	}
+	if err := res.Results[0].Err; capability.ClassOf(err) != capability.ClassTimeout {
+		t.Errorf("first rule: %v, want its call's time-out", err)
+	}
+	if err := res.Results[2].Err; !errors.Is(err, host.ErrDecisionTimeout) {
+		t.Errorf("third rule: %v, want ErrDecisionTimeout", err)
+	}
 }

@@ -33,6 +33,7 @@ type serveConfig struct {
 	redis        string
 	dataDir      string
 	redisTimeout time.Duration
+	decisionTO   time.Duration
 	logLevel     string
 	logFormat    string
 	adminToken   string
@@ -56,6 +57,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.redis, "redis", "", "Redis URL: redis://, rediss://, unix://, redis+sentinel://, redis+cluster:// or host:port,host:port; empty starts a private redis-server")
 	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the managed redis-server's socket (default: a private temporary directory)")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", capability.DefaultTimeout, "time-out of one Redis call; past it the rule's on_error applies")
+	fs.DurationVar(&c.decisionTO, "decision-timeout", 0, "time-out of one check, all its rules' Redis calls together; rules reached after it follow on_error (default: twice --redis-timeout)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for /v1/admin/ and the status page /ui/ (without one: reload and reset are off, and the read-only status endpoints answer loopback requests only when --listen is on loopback)")
@@ -149,7 +151,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	capOpts.RestartUnkillable = st.Managed()
 	cap := capability.New(st.Client(), capOpts)
 	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: m,
-		LoadPlugin: pluginLoader(log, wopts)})
+		LoadPlugin: pluginLoader(log, wopts), DecisionTimeout: c.decisionTO})
 	if err != nil {
 		return err
 	}

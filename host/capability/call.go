@@ -86,18 +86,19 @@ type callBuf struct {
 // starts at now, and the function to call when the call is done. Where ctx
 // can never be cancelled, the bound context is cb.ctx over a shared
 // deadline (no allocation, no timer); where ctx's own deadline comes first,
-// ctx itself; otherwise a context.WithTimeout of ctx, so that the caller's
-// cancellation still ends the wait.
-func (c *Capability) bound(ctx context.Context, now time.Time, cb *callBuf) (context.Context, context.CancelFunc) {
+// ctx itself, and callers is true; otherwise a context.WithTimeout of ctx,
+// so that the caller's cancellation still ends the wait.
+func (c *Capability) bound(ctx context.Context, now time.Time, cb *callBuf) (_ context.Context, _ context.CancelFunc, callers bool) {
 	parent, has := ctx.Deadline()
 	switch {
 	case !has && ctx.Done() == nil:
 		cb.ctx = callCtx{Context: ctx, dl: c.deadlines.at(now)}
-		return &cb.ctx, nop
+		return &cb.ctx, nop, false
 	case has && !parent.After(now.Add(c.timeout)):
-		return ctx, nop // the caller's deadline is the tighter bound
+		return ctx, nop, true // the caller's deadline is the tighter bound
 	}
-	return context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return ctx, cancel, false
 }
 
 func nop() {}

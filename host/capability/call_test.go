@@ -44,9 +44,9 @@ func TestBound(t *testing.T) {
 		parent := context.WithValue(context.Background(), key{}, "v")
 		start := time.Now()
 		var cb callBuf
-		ctx, cancel := c.bound(parent, start, &cb)
+		ctx, cancel, callers := c.bound(parent, start, &cb)
 		defer cancel()
-		if ctx != context.Context(&cb.ctx) {
+		if ctx != context.Context(&cb.ctx) || callers {
 			t.Fatalf("bound context %T, want the call's own", ctx)
 		}
 		if ctx.Value(key{}) != "v" {
@@ -67,9 +67,9 @@ func TestBound(t *testing.T) {
 	t.Run("cancellable parent", func(t *testing.T) {
 		parent, stop := context.WithCancel(context.Background())
 		var cb callBuf
-		ctx, cancel := c.bound(parent, time.Now(), &cb)
+		ctx, cancel, callers := c.bound(parent, time.Now(), &cb)
 		defer cancel()
-		if _, ok := ctx.Deadline(); !ok {
+		if _, ok := ctx.Deadline(); !ok || callers {
 			t.Fatal("no deadline")
 		}
 		stop()
@@ -86,9 +86,9 @@ func TestBound(t *testing.T) {
 		parent, stop := context.WithTimeout(context.Background(), time.Millisecond)
 		defer stop()
 		var cb callBuf
-		ctx, cancel := c.bound(parent, time.Now(), &cb)
+		ctx, cancel, callers := c.bound(parent, time.Now(), &cb)
 		defer cancel()
-		if ctx != parent {
+		if ctx != parent || !callers {
 			t.Fatal("the parent's earlier deadline was not used as it is")
 		}
 	})

@@ -201,7 +201,10 @@ func (c *Capability) reloadSlots(plugin redis.UniversalClient) {
 }
 
 // scripterFor returns what runs scripts on client: the client, or its
-// autopipeliner when pipelining is on.
+// autopipeliner when pipelining is on. On a Cluster the autopipeliner is
+// full duplex, which keeps one pipeline per master: batches that mixed
+// nodes made every decision wait for the slowest node in its batch, so
+// one paused or dead master degraded the subjects of the healthy ones.
 func (c *Capability) scripterFor(client redis.UniversalClient) redis.Scripter {
 	if c.pipeline == nil {
 		return client
@@ -210,7 +213,13 @@ func (c *Capability) scripterFor(client redis.UniversalClient) redis.Scripter {
 		AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
 	}
 	if ap, ok := client.(autoPipeliner); ok {
-		p, err := ap.AsyncAutoPipelineWithOptions(c.pipeline)
+		opts := c.pipeline
+		if _, cluster := client.(*redis.ClusterClient); cluster {
+			perNode := *opts
+			perNode.FullDuplex, perNode.Unordered, perNode.MaxConcurrentBatches = true, false, 1
+			opts = &perNode
+		}
+		p, err := ap.AsyncAutoPipelineWithOptions(opts)
 		if err == nil {
 			return p
 		}
@@ -510,8 +519,15 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 		return sdk.Reply{}, err
 	}
 	start := now
-	ctx, cancel := p.cap.bound(ctx, start, cb)
+	ctx, cancel, callers := p.cap.bound(ctx, start, cb)
 	defer cancel()
+	if err := ctx.Err(); err != nil {
+		// The caller's time is spent: Redis was not asked.
+		br.record(false, probe)
+		err := &Error{Class: ClassTimeout, Plugin: p.name, Script: script, Err: err}
+		p.cap.observe(p.name, script, 0, err)
+		return sdk.Reply{}, err
+	}
 	cb.running = running{plugin: p.name, script: script, key: first, start: start}
 	p.cap.running.add(&cb.running)
 	defer p.cap.running.remove(&cb.running)
@@ -535,7 +551,11 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 		if ClassOf(err) == ClassBusy {
 			p.cap.nudgeWatchdog()
 		}
-		unavailable := Unavailable(err) && !errors.Is(err, context.Canceled)
+		// Redis is unavailable when it failed within the capability's
+		// time-out; not when the caller gave up or its own deadline came
+		// first (a decision's time-out, shared by several calls).
+		unavailable := Unavailable(err) && !errors.Is(err, context.Canceled) &&
+			!(callers && errors.Is(err, context.DeadlineExceeded))
 		if unavailable {
 			// A master may have failed over: learn the new owners of the
 			// slots now rather than at the next periodic reload.
@@ -578,12 +598,20 @@ func (c *Capability) run(ctx context.Context, sc redis.Scripter, s *script, call
 
 // submit queues one command on the autopipeliner and waits for it.
 func submit(ctx context.Context, ap *redis.AutoPipeliner, call []any) (any, error) {
-	c := redis.NewCmd(ctx, call...)
+	c := scriptCmd{redis.NewCmd(ctx, call...)}
 	if err := ap.Submit(ctx, c).WaitContext(ctx); err != nil {
 		return nil, err
 	}
 	return c.Result()
 }
+
+// scriptCmd is a script call on the pipelined path. It is never sent
+// twice: when a connection fails, the pipeline replays the commands it
+// had not yet written and fails the ones it had, which may have run.
+type scriptCmd struct{ *redis.Cmd }
+
+// NoRetry tells the pipeline not to send the call again once written.
+func (scriptCmd) NoRetry() bool { return true }
 
 // Reset deletes every key of one rule and subject (found with SCAN on the
 // node that owns the subject's slot) and returns how many it deleted.

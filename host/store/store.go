@@ -191,6 +191,12 @@ func newClient(ep *endpoint, o Options) (c redis.UniversalClient, dialTO time.Du
 		if x.ClusterStateReloadInterval == 0 {
 			x.ClusterStateReloadInterval = clusterReloadInterval
 		}
+		// Routing policies look COMMAND up once, under one lock for the
+		// whole client. A plugin's ACL user may not run COMMAND: the
+		// lookup failed and ran again for each call, so every decision
+		// queued behind one slow node. Every command ruled sends names
+		// its keys (one slot): routing by key is all it needs.
+		x.DisableRoutingPolicies = true
 		c = redis.NewClusterClient(x)
 	default:
 		return nil, 0, fmt.Errorf("store: unknown endpoint kind %q", ep.kind)
