@@ -131,7 +131,8 @@ type Options struct {
 const DecisionTimeoutCalls = 2
 
 // ErrDecisionTimeout is the error of a rule that was reached after its
-// check's DecisionTimeout was spent: it follows its on_error policy.
+// check's DecisionTimeout was spent, wrapped in a capability.Error of class
+// timeout: the rule follows its on_error policy.
 var ErrDecisionTimeout = errors.New("host: decision time-out spent before this rule ran")
 
 // Outcome classifies one rule's decision for metrics.
@@ -611,7 +612,7 @@ func (e *Engine) decide(b *budget, g *generation, sel rules.Selection, req *Chec
 	}
 	ctx, ok := b.context()
 	if !ok {
-		e.degrade(rr, sel, req, ErrDecisionTimeout)
+		e.degrade(rr, sel, req, &capability.Error{Class: capability.ClassTimeout, Plugin: rule.Plugin, Err: ErrDecisionTimeout})
 		return
 	}
 	var d sdk.Decision
@@ -689,12 +690,8 @@ func (e *Engine) logDegraded(rule *rules.Rule, rr *RuleResult, err error) {
 	} else if !e.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	class := capability.ClassOf(err)
-	if errors.Is(err, ErrDecisionTimeout) {
-		class = capability.ClassTimeout
-	}
 	e.log.Log(context.Background(), lv, "decision degraded", "rule", rule.Name, "plugin", rule.Plugin,
-		"policy", string(rr.Degraded), "class", string(class), "err", err, "suppressed", suppressed)
+		"policy", string(rr.Degraded), "class", string(capability.ClassOf(err)), "err", err, "suppressed", suppressed)
 }
 
 // Available reports whether Redis answered the last calls (the circuit
@@ -729,3 +726,7 @@ func (e *Engine) refund(b *budget, g *generation, sels []rules.Selection, done [
 		}
 	}
 }
+
+// RedisNodes returns what the capability's last probe found of each Redis
+// master.
+func (e *Engine) RedisNodes() []capability.NodeHealth { return e.cap.Nodes() }

@@ -76,6 +76,7 @@ type chaosLoad struct {
 
 	mu      sync.Mutex
 	samples []chaosSample
+	looks   []chaosLook
 }
 
 func (l *chaosLoad) since() time.Duration { return time.Since(l.start) }
@@ -135,10 +136,54 @@ func (l *chaosLoad) decide(i int, d *daemon) {
 // and the subjects whose keys that node held.
 type chaosFault struct {
 	name          string
+	node          string        // the faulted node's address
+	down          bool          // its probe must find it down
 	began, healed time.Duration // healed: when the fault was undone (the begin when it undoes itself)
 	until         time.Duration // the end of the span judged for this fault
+	masters       []string      // the masters at the end of the span
 	on            map[int]bool  // subjects on the faulted node
 	recoverWithin time.Duration // after healed
+}
+
+// chaosLook is one look at an instance's /readyz and /metrics.
+type chaosLook struct {
+	at      time.Duration
+	inst    int
+	ready   int
+	why     string            // the body of /readyz
+	redisUp string            // ruled_redis_up
+	nodes   map[string]string // ruled_redis_node_up by node
+}
+
+// watch looks at every instance every 200 ms until ctx ends.
+func (l *chaosLoad) watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		for i, d := range l.daemons {
+			look := chaosLook{at: l.since(), inst: i, nodes: map[string]string{}}
+			if resp, err := l.client.Get(d.base + "/readyz"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				look.ready, look.why = resp.StatusCode, strings.TrimSpace(string(b))
+				resp.Body.Close()
+			}
+			if resp, err := l.client.Get(d.base + "/metrics"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				for _, line := range strings.Split(string(b), "\n") {
+					if v, ok := strings.CutPrefix(line, "ruled_redis_up "); ok {
+						look.redisUp = v
+					} else if rest, ok := strings.CutPrefix(line, `ruled_redis_node_up{node="`); ok {
+						if node, v, ok := strings.Cut(rest, `"} `); ok {
+							look.nodes[node] = v
+						}
+					}
+				}
+			}
+			l.mu.Lock()
+			l.looks = append(l.looks, look)
+			l.mu.Unlock()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // TestChaosCluster is the chaos test of issue "faults stay on their node".
@@ -185,12 +230,18 @@ func TestChaosCluster(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	load.start = time.Now()
 	loaded := make(chan struct{})
-	go func() { load.run(runCtx); close(loaded) }()
+	go func() {
+		var wg sync.WaitGroup
+		wg.Go(func() { load.watch(runCtx) })
+		load.run(runCtx)
+		wg.Wait()
+		close(loaded)
+	}()
 	defer func() { stop(); <-loaded }()
 	sleep := func(d time.Duration) { time.Sleep(d) }
 	var faults []*chaosFault
 	fault := func(name string, m *redistest.Server, recoverWithin time.Duration, begin func()) *chaosFault {
-		f := &chaosFault{name: name, on: on(m), recoverWithin: recoverWithin}
+		f := &chaosFault{name: name, node: m.Addr(), on: on(m), recoverWithin: recoverWithin}
 		f.began = load.since()
 		begin()
 		f.healed = f.began
@@ -202,6 +253,12 @@ func TestChaosCluster(t *testing.T) {
 			t.Errorf("%v on %s: %v", args, m.Addr(), err)
 		}
 	}
+	end := func(f *chaosFault) {
+		f.until = load.since()
+		for _, m := range cl.Masters() {
+			f.masters = append(f.masters, m.Addr())
+		}
+	}
 	const faultFor, settle = 4 * time.Second, 4 * time.Second
 	baseline := 8 * time.Second
 	sleep(baseline)
@@ -209,13 +266,14 @@ func TestChaosCluster(t *testing.T) {
 	// A master stops answering for 4 s: Redis ends the pause itself.
 	f := fault("paused (CLIENT PAUSE 4000)", masters[0], 2*time.Second, func() { admin(masters[0], "CLIENT", "PAUSE", faultFor.Milliseconds(), "ALL") })
 	f.healed += faultFor
+	f.down = true
 	sleep(faultFor + settle)
-	f.until = load.since()
+	end(f)
 
 	// A master loses the plugins' ACL users: ruled must set them up again.
 	f = fault("plugin users deleted", masters[1], 3*time.Second, func() { admin(masters[1], "ACL", "DELUSER", capability.ACLUser("fixedwindow")) })
 	sleep(settle)
-	f.until = load.since()
+	end(f)
 
 	// A master refuses every new connection (maxclients reached) and drops
 	// the ones it had.
@@ -229,13 +287,14 @@ func TestChaosCluster(t *testing.T) {
 			}
 		}
 	})
+	f.down = true
 	sleep(faultFor)
 	if err := conn.Do(ctx, "CONFIG", "SET", "maxclients", "10000").Err(); err != nil {
 		t.Fatal(err)
 	}
 	f.healed = load.since()
 	sleep(settle)
-	f.until = load.since()
+	end(f)
 
 	// A master out of memory answers every write with OOM.
 	f = fault("out of memory (maxmemory 1)", masters[0], 2*time.Second, func() { admin(masters[0], "CONFIG", "SET", "maxmemory", "1") })
@@ -243,13 +302,14 @@ func TestChaosCluster(t *testing.T) {
 	admin(masters[0], "CONFIG", "SET", "maxmemory", "0")
 	f.healed = load.since()
 	sleep(settle)
-	f.until = load.since()
+	end(f)
 
 	// A master is killed: its replica takes over.
 	killed := masters[1]
 	f = fault("killed (kill -9)", killed, 2*redistest.ClusterNodeTimeout+3*time.Second, killed.Kill)
+	f.down = true
 	sleep(2*redistest.ClusterNodeTimeout + 2*settle)
-	f.until = load.since()
+	end(f)
 
 	// It comes back, as a replica of the promoted one.
 	var promoted *redistest.Server // the replica that took over
@@ -259,12 +319,12 @@ func TestChaosCluster(t *testing.T) {
 	f = fault("restarted (rejoins as a replica)", killed, 2*time.Second, killed.Restart)
 	cl.WaitHealthy(20 * time.Second)
 	sleep(settle)
-	f.until = load.since()
+	end(f)
 
 	// Failback: the restarted node takes its slots back.
 	f = fault("failback (CLUSTER FAILOVER)", promoted, 3*time.Second, func() { admin(killed, "CLUSTER", "FAILOVER") })
 	sleep(2 * settle)
-	f.until = load.since()
+	end(f)
 
 	sleep(settle)
 	stop()
@@ -344,11 +404,65 @@ func (l *chaosLoad) judge(t *testing.T, baseline time.Duration, faults []*chaosF
 	if over*50 > total {
 		t.Errorf("over-admission %d of %d admitted, want within 2%%", over, total)
 	}
-	end := samples[len(samples)-1].at
+	last := samples[len(samples)-1].at
 	for _, s := range samples {
-		if s.at > end-3*time.Second && s.abnormal() {
+		if s.at > last-3*time.Second && s.abnormal() {
 			t.Errorf("a decision at the end of the run is not normal: %+v", s)
 			break
+		}
+	}
+	l.judgeHealth(t, faults)
+}
+
+// judgeHealth asserts that /readyz and the Redis metrics told the truth:
+// ready throughout (a one-node fault leaves the other masters serving), the
+// faulted node reported down within 2 s where its probe cannot reach it,
+// and at the end of each fault's span every master of the Cluster, and only
+// those, reported up, with ruled_redis_up 1.
+func (l *chaosLoad) judgeHealth(t *testing.T, faults []*chaosFault) {
+	t.Helper()
+	if len(l.looks) == 0 {
+		t.Fatal("no look at /readyz and /metrics")
+	}
+	for _, look := range l.looks {
+		if look.ready != http.StatusOK {
+			t.Errorf("instance %d: /readyz %d (%s) at %v, want 200 throughout", look.inst, look.ready, look.why, look.at)
+			break
+		}
+	}
+	for _, f := range faults {
+		for inst := range l.daemons {
+			var seenDown time.Duration = -1
+			var final *chaosLook
+			for i := range l.looks {
+				look := &l.looks[i]
+				if look.inst != inst || look.at < f.began || look.at >= f.until {
+					continue
+				}
+				if seenDown < 0 && look.nodes[f.node] == "0" {
+					seenDown = look.at - f.began
+				}
+				final = look
+			}
+			if f.down && (seenDown < 0 || seenDown > 2*time.Second) {
+				t.Errorf("%s: instance %d reported %s down after %v, want within 2s", f.name, inst, f.node, seenDown)
+			}
+			if final == nil {
+				t.Errorf("%s: no look at instance %d", f.name, inst)
+				continue
+			}
+			var up []string
+			for node, v := range final.nodes {
+				if v == "1" {
+					up = append(up, node)
+				}
+			}
+			slices.Sort(up)
+			slices.Sort(f.masters)
+			if final.redisUp != "1" || len(final.nodes) != len(f.masters) || !slices.Equal(up, f.masters) {
+				t.Errorf("%s: at the end, instance %d reports ruled_redis_up %s and nodes %v; want 1 and the masters %v up",
+					f.name, inst, final.redisUp, final.nodes, f.masters)
+			}
 		}
 	}
 }

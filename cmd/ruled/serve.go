@@ -191,10 +191,12 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		return fmt.Errorf("listen on %s: %w", c.listen, err)
 	}
 	// Ready: decisions can be made normally (docs/operations.md, Health):
-	// the last probe found every master answering, the plugins' ACL users
-	// are in place, and every plugin can decide.
+	// the last probe found a master answering with the plugins' ACL users
+	// in place (on a Cluster, one master down fails the same subjects on
+	// every instance: taking them all out of the load balancer would fail
+	// the others too), and every plugin can decide.
 	ready := func(context.Context) error {
-		return errors.Join(cap.RedisErr(), cap.IsolationErr(), engine.PluginsReady())
+		return errors.Join(cap.ReadyErr(), engine.PluginsReady())
 	}
 	srv := httpapi.NewServer(httpapi.New(httpapi.Options{
 		Checker:        engine,

@@ -26,6 +26,7 @@ const (
 // fail fast with ErrCircuitOpen. After `cooldown` it is half-open: one probe
 // call goes through; success closes it, failure opens it again.
 type breaker struct {
+	node     string // the master it guards, for metrics
 	failures int32
 	cooldown time.Duration
 	onChange func(open bool)

@@ -70,9 +70,10 @@ type Options struct {
 	// its supervisor starts again: a script that wrote and then kept it
 	// busy, which SCRIPT KILL cannot stop, is ended with SHUTDOWN NOSAVE.
 	RestartUnkillable bool
-	// Observe, when set, is called after every script call with its
+	// Observe, when set, is called after every script call with the
+	// master it went to (see NodeHealth.Node; "" when unknown), its
 	// duration and error (nil, or an *Error). It runs on the decision path.
-	Observe func(plugin, script string, took time.Duration, err error)
+	Observe func(plugin, script, node string, took time.Duration, err error)
 }
 
 // Capability runs plugins' scripts against one Redis deployment.
@@ -87,7 +88,7 @@ type Capability struct {
 	clock     func() int64
 	breaker   *breaker
 	health    health // what Probe found
-	observe   func(plugin, script string, took time.Duration, err error)
+	observe   func(plugin, script, node string, took time.Duration, err error)
 
 	acl      *provisioner // nil when isolation is off
 	db       int          // the database the client selects
@@ -96,8 +97,7 @@ type Capability struct {
 	breakerFailures int
 	breakerCooldown time.Duration
 	onAvailability  func(available bool)
-	nodeBreakers    sync.Map     // Cluster master address → *breaker
-	openCircuits    atomic.Int32 // breakers open now
+	nodeBreakers    sync.Map // Cluster master address → *breaker
 
 	// The script watchdog (watchdog.go).
 	running           runningCalls
@@ -113,7 +113,7 @@ type Capability struct {
 func New(client redis.UniversalClient, opts Options) *Capability {
 	c := &Capability{client: client, timeout: opts.Timeout, prefix: opts.Prefix, log: opts.Logger, clock: opts.Clock, observe: opts.Observe}
 	if c.observe == nil {
-		c.observe = func(string, string, time.Duration, error) {}
+		c.observe = func(string, string, string, time.Duration, error) {}
 	}
 	c.pipeline = opts.Pipeline
 	c.probeNow = make(chan struct{}, 1)
@@ -129,7 +129,7 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 		c.log = slog.Default()
 	}
 	c.scripter = c.scripterFor(client)
-	c.health = health{err: errNotProbed, runIDs: map[string]string{}}
+	c.health = health{err: errNotProbed, nodes: map[string]*nodeHealth{}}
 	if rc, ok := client.(*redis.Client); ok {
 		c.db = rc.Options().DB
 	}
@@ -147,25 +147,56 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 	c.onAvailability = opts.OnAvailability
 	c.breakerFailures, c.breakerCooldown = opts.BreakerFailures, opts.BreakerCooldown
 	c.breaker = c.newBreaker("")
+	if rc, ok := client.(*redis.Client); ok {
+		c.breaker = c.newBreaker(nodeName(rc))
+	}
 	return c
 }
 
-// newBreaker returns a circuit breaker for one Redis node ("" for the
-// whole deployment when it is not a Cluster).
+// newBreaker returns a circuit breaker for one Redis node: the master's
+// name (see nodeName), or "" for a Cluster's calls whose node is unknown.
 func (c *Capability) newBreaker(node string) *breaker {
-	return newBreaker(c.breakerFailures, c.breakerCooldown, func(open bool) {
+	b := newBreaker(c.breakerFailures, c.breakerCooldown, func(open bool) {
 		attrs := []any{}
 		if node != "" {
 			attrs = append(attrs, "node", node)
 		}
 		if open {
 			c.log.Warn("redis unavailable: circuit open; rules decide by their on_error policy", attrs...)
-			c.openCircuits.Add(1)
 		} else {
 			c.log.Info("redis available again: circuit closed", attrs...)
-			c.openCircuits.Add(-1)
 		}
 	})
+	b.node = node
+	return b
+}
+
+// breakerOf returns the breaker of a master by name, or nil when no call
+// went to it yet.
+func (c *Capability) breakerOf(node string) *breaker {
+	if _, ok := c.client.(*redis.ClusterClient); !ok {
+		return c.breaker
+	}
+	if b, ok := c.nodeBreakers.Load(node); ok {
+		return b.(*breaker)
+	}
+	return nil
+}
+
+// forgetNode drops the breaker of a master that left the topology (a
+// failed master replaced by its replica, a node removed by re-sharding).
+func (c *Capability) forgetNode(node string) {
+	if _, ok := c.client.(*redis.ClusterClient); ok {
+		c.nodeBreakers.Delete(node)
+	}
+}
+
+// nodeAnswered closes the breaker of a master that answered its probe:
+// the next call goes through instead of waiting for the cooldown.
+func (c *Capability) nodeAnswered(node string) {
+	if b := c.breakerOf(node); b != nil && b.open() {
+		b.record(false, false)
+	}
 }
 
 // breakerFor returns the circuit breaker for a call on key: on a Cluster,
@@ -230,7 +261,14 @@ func (c *Capability) scripterFor(client redis.UniversalClient) redis.Scripter {
 
 // Available reports whether every circuit is closed: the last calls found
 // Redis (every Cluster master) answering.
-func (c *Capability) Available() bool { return c.openCircuits.Load() == 0 }
+func (c *Capability) Available() bool {
+	ok := !c.breaker.open()
+	c.nodeBreakers.Range(func(_, b any) bool {
+		ok = ok && !b.(*breaker).open()
+		return ok
+	})
+	return ok
+}
 
 // Client returns the Redis client the capability runs on.
 func (c *Capability) Client() redis.UniversalClient { return c.client }
@@ -481,7 +519,7 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 	now := time.Now()
 	if why := p.q.refuses(now); why != "" {
 		err := &Error{Class: ClassQuarantine, Plugin: p.name, Script: script, Err: errors.New(why)}
-		p.cap.observe(p.name, script, 0, err)
+		p.cap.observe(p.name, script, "", 0, err)
 		return sdk.Reply{}, err
 	}
 	cb := new(callBuf)
@@ -515,7 +553,7 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 		// to the promoted replica as soon as there is one.
 		p.cap.reloadSlots(p.client)
 		err := &Error{Class: ClassConnection, Plugin: p.name, Script: script, Err: ErrCircuitOpen}
-		p.cap.observe(p.name, script, 0, err)
+		p.cap.observe(p.name, script, br.node, 0, err)
 		return sdk.Reply{}, err
 	}
 	start := now
@@ -525,7 +563,7 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 		// The caller's time is spent: Redis was not asked.
 		br.record(false, probe)
 		err := &Error{Class: ClassTimeout, Plugin: p.name, Script: script, Err: err}
-		p.cap.observe(p.name, script, 0, err)
+		p.cap.observe(p.name, script, br.node, 0, err)
 		return sdk.Reply{}, err
 	}
 	cb.running = running{plugin: p.name, script: script, key: first, start: start}
@@ -562,11 +600,11 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 			p.cap.reloadSlots(p.client)
 		}
 		br.record(unavailable, probe)
-		p.cap.observe(p.name, script, time.Since(start), err)
+		p.cap.observe(p.name, script, br.node, time.Since(start), err)
 		return sdk.Reply{}, err
 	}
 	br.record(false, probe)
-	p.cap.observe(p.name, script, time.Since(start), nil)
+	p.cap.observe(p.name, script, br.node, time.Since(start), nil)
 	return sdk.NewReply(v), nil
 }
 

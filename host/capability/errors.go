@@ -52,6 +52,9 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e.Script == "" {
+		return fmt.Sprintf("capability: plugin %s: %s: %v", e.Plugin, e.Class, e.Err)
+	}
 	return fmt.Sprintf("capability: plugin %s, script %s: %s: %v", e.Plugin, e.Script, e.Class, e.Err)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,9 +20,33 @@ var errNotProbed = errors.New("redis not probed yet")
 
 // health is what the last probe found.
 type health struct {
-	mu     sync.Mutex
-	err    error             // nil while every master answered; errNotProbed before the first probe
-	runIDs map[string]string // master address → run_id, to see restarts and switches
+	mu    sync.Mutex
+	err   error                  // nil while every master answered; errNotProbed before the first probe
+	nodes map[string]*nodeHealth // master address → what its probe found
+}
+
+// nodeHealth is what the probe found of one master.
+type nodeHealth struct {
+	err   error // nil when it answered and serves
+	took  time.Duration
+	runID string // to see restarts and switches
+}
+
+// NodeHealth is what the last probe found of one Redis master, and the
+// state of its circuit breaker.
+type NodeHealth struct {
+	// Node is the master's address (the unix socket of a managed Redis,
+	// "sentinel-master" behind Sentinel).
+	Node string `json:"node"`
+	// Up is true when the master answered the last probe and, on a
+	// Cluster, reported cluster_state:ok.
+	Up bool `json:"up"`
+	// Error says why the master is not up.
+	Error string `json:"error,omitempty"`
+	// ProbeMS is how long the last probe took, in milliseconds.
+	ProbeMS float64 `json:"probe_ms"`
+	// CircuitOpen is true while calls to the master fail fast.
+	CircuitOpen bool `json:"circuit_open"`
 }
 
 // Probe asks every master for INFO server each interval (DefaultProbeEvery
@@ -62,31 +88,29 @@ func (c *Capability) Probe(ctx context.Context, every time.Duration) {
 // nudgeGap is the least time between two probes that calls asked for.
 const nudgeGap = 50 * time.Millisecond
 
-// probeOnce runs one probe of every master.
+// probeOnce runs one probe of every master. Masters that left the
+// topology are forgotten, with their breakers; a master that answers has
+// its breaker closed at once, before a call has to find it answering.
 func (c *Capability) probeOnce(parent context.Context) {
-	ctx, cancel := context.WithTimeout(parent, c.timeout)
+	// On a Cluster, listing the masters reloads the slot map first, from
+	// nodes in turn: a stopped node costs that its read time-out. Each
+	// master's probe has the capability's time-out of its own.
+	ctx, cancel := context.WithTimeout(parent, 4*c.timeout)
 	defer cancel()
 	var mu sync.Mutex
-	ids := map[string]string{}
+	found := map[string]*nodeHealth{}
+	_, cluster := c.client.(*redis.ClusterClient)
 	probe := func(ctx context.Context, node *redis.Client) error {
-		info := node.InfoMap(ctx, "server")
-		if err := info.Err(); err != nil && redis.HasErrorPrefix(err, "BUSY") {
-			// The watchdog: stop the script, then look again.
-			busy := time.Now()
-			wctx, cancel := context.WithTimeout(parent, 4*c.timeout)
-			c.stopScript(wctx, node, busy)
-			cancel()
-			rctx, cancel := context.WithTimeout(parent, c.timeout)
-			info = node.InfoMap(rctx, "server")
-			cancel()
-		}
-		if err := info.Err(); err != nil {
-			return fmt.Errorf("%s: %w", node.Options().Addr, classify("", "probe", err))
-		}
+		start := time.Now()
+		nh := &nodeHealth{}
+		ctx, cancel := context.WithTimeout(ctx, c.timeout)
+		nh.runID, nh.err = c.probeNode(ctx, parent, node, cluster)
+		cancel()
+		nh.took = time.Since(start)
 		mu.Lock()
-		ids[node.Options().Addr] = info.Item("Server", "run_id")
+		found[nodeName(node)] = nh
 		mu.Unlock()
-		return nil
+		return nh.err
 	}
 	err := forEachMaster(ctx, c.client, probe)
 	if err != nil {
@@ -96,15 +120,39 @@ func (c *Capability) probeOnce(parent context.Context) {
 	h := &c.health
 	h.mu.Lock()
 	switched := false
-	for addr, id := range ids {
-		if old, ok := h.runIDs[addr]; ok && old != id {
+	for addr, nh := range found {
+		if old, ok := h.nodes[addr]; ok && old.runID != "" && nh.runID != "" && old.runID != nh.runID {
 			switched = true
 		}
-		h.runIDs[addr] = id
+		if nh.runID == "" && h.nodes[addr] != nil {
+			nh.runID = h.nodes[addr].runID
+		}
 	}
+	if len(found) == 0 && err != nil {
+		// No master was reached (the topology could not be read): every
+		// master known is down, none forgotten.
+		for addr, old := range h.nodes {
+			found[addr] = &nodeHealth{err: err, runID: old.runID}
+		}
+	}
+	var gone []string
+	for addr := range h.nodes {
+		if found[addr] == nil {
+			gone = append(gone, addr)
+		}
+	}
+	h.nodes = found
 	was := h.err
 	h.err = err
 	h.mu.Unlock()
+	for _, addr := range gone {
+		c.forgetNode(addr)
+	}
+	for addr, nh := range found {
+		if nh.err == nil {
+			c.nodeAnswered(addr)
+		}
+	}
 	up := err == nil
 	first := was == errNotProbed
 	notify := first || up != (was == nil)
@@ -124,6 +172,101 @@ func (c *Capability) probeOnce(parent context.Context) {
 			c.onAvailability(up)
 		}
 	}
+}
+
+// probeNode asks one master for INFO server (and on a Cluster for its
+// cluster_state) and returns its run_id, or why it does not serve.
+func (c *Capability) probeNode(ctx, parent context.Context, node *redis.Client, cluster bool) (string, error) {
+	info := node.InfoMap(ctx, "server")
+	if err := info.Err(); err != nil && redis.HasErrorPrefix(err, "BUSY") {
+		// The watchdog: stop the script, then look again.
+		busy := time.Now()
+		wctx, cancel := context.WithTimeout(parent, 4*c.timeout)
+		c.stopScript(wctx, node, busy)
+		cancel()
+		rctx, cancel := context.WithTimeout(parent, c.timeout)
+		info = node.InfoMap(rctx, "server")
+		cancel()
+	}
+	addr := nodeName(node)
+	if err := info.Err(); err != nil {
+		return "", fmt.Errorf("%s: %w", addr, classify("", "probe", err))
+	}
+	runID := info.Item("Server", "run_id")
+	if cluster {
+		// A master that lost its quorum, or that serves a Cluster missing
+		// slots with cluster-require-full-coverage yes, answers every
+		// call CLUSTERDOWN.
+		ci, err := node.ClusterInfo(ctx).Result()
+		if err != nil {
+			return runID, fmt.Errorf("%s: %w", addr, classify("", "probe", err))
+		}
+		if !strings.Contains(ci, "cluster_state:ok") {
+			return runID, fmt.Errorf("%s: %w", addr, &Error{Class: ClassConnection, Script: "probe", Err: errors.New("cluster_state is not ok: the node answers CLUSTERDOWN")})
+		}
+	}
+	return runID, nil
+}
+
+// nodeName returns the name of a master in health, metrics and breakers:
+// its address, or for a Sentinel-managed master (whose client has no
+// address of its own) "sentinel-master".
+func nodeName(node *redis.Client) string {
+	if addr := node.Options().Addr; addr != "FailoverClient" && addr != "" {
+		return addr
+	}
+	return "sentinel-master"
+}
+
+// Nodes returns what the last probe found of each master, by address.
+func (c *Capability) Nodes() []NodeHealth {
+	c.health.mu.Lock()
+	out := make([]NodeHealth, 0, len(c.health.nodes))
+	for addr, nh := range c.health.nodes {
+		n := NodeHealth{Node: addr, Up: nh.err == nil, ProbeMS: float64(nh.took.Microseconds()) / 1000}
+		if nh.err != nil {
+			n.Error = nh.err.Error()
+		}
+		out = append(out, n)
+	}
+	c.health.mu.Unlock()
+	for i := range out {
+		if b := c.breakerOf(out[i].Node); b != nil {
+			out[i].CircuitOpen = b.open()
+		}
+	}
+	slices.SortFunc(out, func(a, b NodeHealth) int { return strings.Compare(a.Node, b.Node) })
+	return out
+}
+
+// ReadyErr returns nil when some decisions can be made normally: the last
+// probe found a master answering and, with isolation on, the plugin users
+// are set up on it. Else it says why not.
+func (c *Capability) ReadyErr() error {
+	c.health.mu.Lock()
+	var up []string
+	for addr, nh := range c.health.nodes {
+		if nh.err == nil {
+			up = append(up, addr)
+		}
+	}
+	err := c.health.err
+	c.health.mu.Unlock()
+	if len(up) == 0 {
+		if err == nil {
+			err = errNotProbed
+		}
+		return err
+	}
+	if c.acl == nil {
+		return nil
+	}
+	for _, addr := range up {
+		if c.acl.isolatedOn(addr) {
+			return nil
+		}
+	}
+	return c.IsolationErr()
 }
 
 // RedisErr returns nil when the last probe found every master answering,

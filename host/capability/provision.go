@@ -44,7 +44,8 @@ type provisioner struct {
 	done    int                 // the version the last pass started with
 	lastRun time.Time           // when the last finished pass started
 	lastEnd time.Time
-	lastErr error // of the last pass; errNotProvisioned before the first
+	lastErr error          // of the last pass; errNotProvisioned before the first
+	nodeOK  map[string]int // master (nodeName) → the version a pass last set up on it
 }
 
 // runner is one plugin user's connection and what runs scripts on it.
@@ -68,7 +69,7 @@ func newProvisioner(iso *Isolation, client redis.UniversalClient, log *slog.Logg
 	return &provisioner{
 		iso: iso, client: client, log: log, timeout: max(4*timeout, time.Second), newPipe: newPipe,
 		users: map[string][]string{}, runners: map[string]*runner{}, unknown: map[string]bool{},
-		lastErr: errNotProvisioned,
+		lastErr: errNotProvisioned, nodeOK: map[string]int{},
 	}
 }
 
@@ -91,6 +92,15 @@ func (pr *provisioner) add(user string, args []string) (*runner, error) {
 	r := &runner{client: client, scripter: pr.newPipe(client)}
 	pr.runners[user] = r
 	return r, nil
+}
+
+// isolatedOn reports whether a pass set every user up on one master, as
+// named by nodeName.
+func (pr *provisioner) isolatedOn(node string) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	v, ok := pr.nodeOK[node]
+	return ok && v >= pr.version
 }
 
 // err returns nil when the last pass set every user up on every master.
@@ -157,7 +167,7 @@ func (pr *provisioner) kick(since time.Time) {
 func (pr *provisioner) run(f *flight) {
 	ctx, cancel := context.WithTimeout(context.Background(), pr.timeout)
 	defer cancel()
-	err := pr.pass(ctx)
+	err := pr.pass(ctx, f.version)
 	pr.mu.Lock()
 	// The last pass failed: this episode was logged already.
 	failing := pr.lastErr != nil && pr.lastErr != errNotProvisioned
@@ -187,9 +197,18 @@ func (pr *provisioner) run(f *flight) {
 // pass sets every user up on every master, then on every replica. A replica
 // that cannot be reached does not fail the pass (it serves nothing now; a
 // call repairs it if it is promoted); it is logged at debug level.
-func (pr *provisioner) pass(ctx context.Context) error {
+func (pr *provisioner) pass(ctx context.Context, version int) error {
 	provision := pr.provisionNode
-	if err := forEachMaster(ctx, pr.client, provision); err != nil {
+	master := func(ctx context.Context, node *redis.Client) error {
+		err := provision(ctx, node)
+		if err == nil {
+			pr.mu.Lock()
+			pr.nodeOK[nodeName(node)] = version
+			pr.mu.Unlock()
+		}
+		return err
+	}
+	if err := forEachMaster(ctx, pr.client, master); err != nil {
 		return err
 	}
 	var errs []error

@@ -2,6 +2,7 @@ package grpcapi_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -40,6 +41,7 @@ const testRules = `rules:
 `
 
 type fixture struct {
+	redis  *redistest.Server
 	engine *host.Engine
 	rls    rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
@@ -47,12 +49,15 @@ type fixture struct {
 
 // newFixture serves the rate limit service of a real engine on a real
 // redis-server over a loopback gRPC port.
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureTimeout(t, 2*time.Second) }
+
+// newFixtureTimeout is newFixture with a Redis call time-out of timeout.
+func newFixtureTimeout(t *testing.T, timeout time.Duration) *fixture {
 	t.Helper()
 	rs := redistest.Start(t)
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true})
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = rc.Close() })
-	e, err := host.NewEngine(host.Options{Capability: capability.New(rc, capability.Options{Timeout: 2 * time.Second}), Plugins: builtin.All()})
+	e, err := host.NewEngine(host.Options{Capability: capability.New(rc, capability.Options{Timeout: timeout}), Plugins: builtin.All()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +80,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &fixture{engine: e, rls: rlsv3.NewRateLimitServiceClient(conn), conn: conn}
+	return &fixture{redis: rs, engine: e, rls: rlsv3.NewRateLimitServiceClient(conn), conn: conn}
 }
 
 func descriptor(kv ...string) *rlcommonv3.RateLimitDescriptor {
@@ -283,5 +288,32 @@ func TestRateLimitOf(t *testing.T) {
 	}
 	if rl := grpcapi.RateLimitOf("r", 1<<40, time.Second); rl.RequestsPerUnit != 1<<32-1 {
 		t.Errorf("huge limit: %d", rl.RequestsPerUnit)
+	}
+}
+
+// TestOneBoundPerRequest: with Redis stopped, a request of eight
+// descriptors is answered within the engine's decision time-out, which its
+// checks share, not within one time-out per descriptor; the descriptors
+// reached after it follow on_error (allow) at once.
+func TestOneBoundPerRequest(t *testing.T) {
+	const call = 100 * time.Millisecond
+	f := newFixtureTimeout(t, call)
+	bound := f.engine.DecisionTimeout()
+	req := &rlsv3.RateLimitRequest{Domain: "edge"}
+	for i := range 8 {
+		req.Descriptors = append(req.Descriptors, descriptor("user", fmt.Sprintf("u%d", i)))
+	}
+	f.ask(t, req)
+	f.redis.Pause()
+	defer f.redis.Resume()
+	start := time.Now()
+	resp := f.ask(t, req)
+	took := time.Since(start)
+	t.Logf("8 descriptors on a stopped Redis: answered in %v (decision time-out %v, one call %v)", took, bound, call)
+	if took > bound+100*time.Millisecond {
+		t.Fatalf("answered in %v, want within the decision time-out %v (8 calls would take %v)", took, bound, 8*call)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("overall %v, want OK (on_error: allow)", resp.OverallCode)
 	}
 }

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -36,17 +37,23 @@ const testRules = `rules:
 `
 
 type fixture struct {
+	redis  *redistest.Server
 	srv    *httptest.Server
 	engine *host.Engine
 	rules  string
 }
 
 func newFixture(t *testing.T, token string) *fixture {
+	return newFixtureTimeout(t, token, 2*time.Second)
+}
+
+// newFixtureTimeout is newFixture with a Redis call time-out of timeout.
+func newFixtureTimeout(t *testing.T, token string, timeout time.Duration) *fixture {
 	t.Helper()
 	rs := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true})
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: 2 * time.Second}), Plugins: builtin.All()})
+	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: timeout}), Plugins: builtin.All()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +70,7 @@ func newFixture(t *testing.T, token string) *fixture {
 		Stats:   func(context.Context) any { return map[string]any{} },
 	}))
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, engine: e, rules: path}
+	return &fixture{redis: rs, srv: srv, engine: e, rules: path}
 }
 
 func (f *fixture) do(t *testing.T, method, path, token, body string, hdr map[string]string) (*http.Response, string) {
@@ -218,6 +225,32 @@ func TestAdminResetOneSubject(t *testing.T) {
 	}
 	if resp, _ := f.do(t, "POST", "/v1/admin/reset", "t", `{"rule": "nope", "subject": "x"}`, nil); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("unknown rule: %d", resp.StatusCode)
+	}
+}
+
+// TestBatchHasOneBound: with Redis stopped, a batch of 64 checks (four
+// rounds of 16 in parallel) is answered within the engine's decision
+// time-out, which its checks share, not within four.
+func TestBatchHasOneBound(t *testing.T) {
+	const call = 100 * time.Millisecond
+	f := newFixtureTimeout(t, "", call)
+	bound := f.engine.DecisionTimeout()
+	var checks []string
+	for i := range 64 {
+		checks = append(checks, fmt.Sprintf(`{"request": {"ip": "192.0.2.%d"}}`, i))
+	}
+	body := `{"checks": [` + strings.Join(checks, ",") + `]}`
+	f.redis.Pause()
+	defer f.redis.Resume()
+	start := time.Now()
+	resp, out := f.do(t, "POST", "/v1/check/batch", "", body, nil)
+	took := time.Since(start)
+	t.Logf("64 checks on a stopped Redis: answered in %v (decision time-out %v)", took, bound)
+	if resp.StatusCode != http.StatusOK || strings.Count(out, `"degraded":"allow"`) != 64 {
+		t.Fatalf("%d %s, want every check degraded allow", resp.StatusCode, out)
+	}
+	if took > bound+100*time.Millisecond {
+		t.Fatalf("answered in %v, want within the decision time-out %v (four rounds of calls take %v)", took, bound, 4*call)
 	}
 }
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -44,6 +45,14 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		reqs[i] = req
 	}
 	answers := make([]*checkAnswer, len(reqs))
+	// One bound for the whole batch, as for one check: its checks share
+	// the engine's decision time-out (docs/operations.md, "Time bound").
+	ctx := r.Context()
+	if b, ok := s.check.(timeBounded); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.DecisionTimeout())
+		defer cancel()
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, batchParallelism)
 	for i, req := range reqs {
@@ -51,13 +60,17 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			res := s.check.Check(r.Context(), req)
+			res := s.check.Check(ctx, req)
 			answers[i] = encodeResult(&res)
 		}()
 	}
 	wg.Wait()
 	writeJSON(w, http.StatusOK, map[string]any{"results": answers})
 }
+
+// timeBounded is a Checker that bounds each check (host.Engine): a request
+// of several checks shares one such bound.
+type timeBounded interface{ DecisionTimeout() time.Duration }
 
 // acquireBody is a check body with how long the caller is willing to wait.
 type acquireBody struct {

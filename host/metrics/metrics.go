@@ -84,6 +84,7 @@ type Options struct {
 // Engine is what Bind reads from the engine; *host.Engine implements it.
 type Engine interface {
 	ClusterSize() int64
+	RedisNodes() []capability.NodeHealth
 	RuleInfos() []host.RuleInfo
 	PluginInfos() []sdk.Info
 }
@@ -103,6 +104,8 @@ type Metrics struct {
 	redisErrs   *prometheus.CounterVec
 	pluginErrs  *prometheus.CounterVec
 	redisUp     prometheus.Gauge
+	nodeDur     *prometheus.HistogramVec
+	nodeErrs    *prometheus.CounterVec
 	reloads     *prometheus.CounterVec
 	rulesLoaded prometheus.Gauge
 	lastReload  prometheus.Gauge
@@ -110,6 +113,7 @@ type Metrics struct {
 
 	rules   sync.Map // rule name -> *ruleMetrics
 	plugins sync.Map // plugin name -> *pluginMetrics
+	nodes   sync.Map // Redis master -> *nodeMetrics
 	engine  atomic.Pointer[Engine]
 	up      atomic.Bool
 }
@@ -117,6 +121,11 @@ type Metrics struct {
 type ruleMetrics struct {
 	outcomes  [len(outcomes)]prometheus.Counter
 	denyCache prometheus.Counter
+}
+
+type nodeMetrics struct {
+	dur  prometheus.Histogram
+	errs prometheus.Counter
 }
 
 type pluginMetrics struct {
@@ -166,6 +175,15 @@ func New(o Options) *Metrics {
 			Name: "ruled_redis_up",
 			Help: "1 while the last active probe (INFO server every second, on every master) found Redis answering, else 0.",
 		}),
+		nodeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ruled_redis_node_call_duration_seconds",
+			Help:    "Duration of plugin script calls by the Redis master they went to (calls refused by its open circuit are not counted).",
+			Buckets: LatencyBuckets,
+		}, []string{"node"}),
+		nodeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ruled_redis_node_errors_total",
+			Help: "Failed plugin script calls by the Redis master they went to.",
+		}, []string{"node"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ruled_rule_reloads_total",
 			Help: "Rule load attempts by result (ok, error); the first load at start-up counts.",
@@ -203,7 +221,7 @@ func New(o Options) *Metrics {
 		ConstLabels: prometheus.Labels{"version": o.Version, "goversion": runtime.Version()},
 	}, func() float64 { return 1 })
 	m.reg.MustRegister(m.decisions, m.denyCache, m.checkDur, m.redisDur, m.redisErrs, m.pluginErrs,
-		m.redisUp, m.reloads, m.rulesLoaded, m.lastReload, m.pools, instances, build,
+		m.redisUp, m.nodeDur, m.nodeErrs, &nodeCollector{m: m}, m.reloads, m.rulesLoaded, m.lastReload, m.pools, instances, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -253,6 +271,49 @@ func (m *Metrics) rule(name string) *ruleMetrics {
 	return v.(*ruleMetrics)
 }
 
+// node returns a Redis master's cached metrics, creating them on first use.
+func (m *Metrics) node(name string) *nodeMetrics {
+	if v, ok := m.nodes.Load(name); ok {
+		return v.(*nodeMetrics)
+	}
+	nm := &nodeMetrics{dur: m.nodeDur.WithLabelValues(name).(prometheus.Histogram), errs: m.nodeErrs.WithLabelValues(name)}
+	v, _ := m.nodes.LoadOrStore(name, nm)
+	return v.(*nodeMetrics)
+}
+
+// nodeCollector reports each Redis master the last probe found, at every
+// scrape: a master that left the topology leaves the metrics with it.
+type nodeCollector struct{ m *Metrics }
+
+var (
+	nodeUpDesc = prometheus.NewDesc("ruled_redis_node_up",
+		"1 while the Redis master answered the last active probe (on a Cluster, with cluster_state:ok), else 0.", []string{"node"}, nil)
+	nodeCircuitDesc = prometheus.NewDesc("ruled_redis_node_circuit_open",
+		"1 while calls to the Redis master fail fast (its circuit breaker is open), else 0.", []string{"node"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- nodeUpDesc; ch <- nodeCircuitDesc }
+
+// Collect implements prometheus.Collector.
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	e := c.m.engine.Load()
+	if e == nil {
+		return
+	}
+	for _, n := range (*e).RedisNodes() {
+		ch <- prometheus.MustNewConstMetric(nodeUpDesc, prometheus.GaugeValue, b2f(n.Up), n.Node)
+		ch <- prometheus.MustNewConstMetric(nodeCircuitDesc, prometheus.GaugeValue, b2f(n.CircuitOpen), n.Node)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // plugin returns a plugin's cached metrics, creating them on first use.
 func (m *Metrics) plugin(name string) *pluginMetrics {
 	if v, ok := m.plugins.Load(name); ok {
@@ -297,17 +358,27 @@ func (m *Metrics) Reload(err error, rules int) {
 // RedisCall is the capability's Options.Observe: it times every script call
 // and counts failures by class. Calls the open circuit refused never reached
 // Redis and are not counted here (their decisions count as degraded).
-func (m *Metrics) RedisCall(plugin, _ string, took time.Duration, err error) {
+func (m *Metrics) RedisCall(plugin, _, node string, took time.Duration, err error) {
 	if err != nil && errors.Is(err, capability.ErrCircuitOpen) {
 		return
 	}
 	pm := m.plugin(plugin)
 	class := capability.ClassOf(err)
+	var nm *nodeMetrics
+	if node != "" {
+		nm = m.node(node)
+	}
 	if class != capability.ClassQuarantine { // refused before Redis: no duration
 		pm.dur.Observe(took.Seconds())
+		if nm != nil {
+			nm.dur.Observe(took.Seconds())
+		}
 	}
 	if err == nil {
 		return
+	}
+	if nm != nil {
+		nm.errs.Inc()
 	}
 	if class == "" {
 		class = capability.ClassConnection
@@ -390,6 +461,20 @@ type Stats struct {
 	Rules map[string]RuleStats `json:"rules"`
 	// Plugins holds every plugin's Redis call counters, by plugin name.
 	Plugins map[string]PluginStats `json:"plugins"`
+	// Nodes holds each Redis master the last probe found, with the
+	// counters of the calls that went to it.
+	Nodes []NodeStats `json:"redis_nodes"`
+}
+
+// NodeStats are one Redis master's health and call counters.
+type NodeStats struct {
+	capability.NodeHealth
+	// Calls counts script calls that went to it.
+	Calls uint64 `json:"calls"`
+	// Errors counts those that failed.
+	Errors uint64 `json:"errors"`
+	// MeanCallMS is their mean duration, in milliseconds.
+	MeanCallMS float64 `json:"mean_call_ms"`
 }
 
 // RuleStats are one rule's counters.
@@ -448,6 +533,23 @@ func (m *Metrics) Snapshot() Stats {
 		s.Plugins[k.(string)] = ps
 		return true
 	})
+	if e := m.engine.Load(); e != nil {
+		for _, n := range (*e).RedisNodes() {
+			ns := NodeStats{NodeHealth: n}
+			if v, ok := m.nodes.Load(n.Node); ok {
+				nm := v.(*nodeMetrics)
+				var d dto.Metric
+				if nm.dur.Write(&d) == nil && d.Histogram != nil {
+					ns.Calls = d.Histogram.GetSampleCount()
+					if ns.Calls > 0 {
+						ns.MeanCallMS = d.Histogram.GetSampleSum() * 1000 / float64(ns.Calls)
+					}
+				}
+				ns.Errors = counterValue(nm.errs)
+			}
+			s.Nodes = append(s.Nodes, ns)
+		}
+	}
 	return s
 }
 

@@ -263,11 +263,11 @@ func grep(body, prefix string) string {
 
 func TestPluginErrorsAndClasses(t *testing.T) {
 	m := metrics.New(metrics.Options{})
-	m.RedisCall("p", "s", time.Millisecond, nil)
-	m.RedisCall("p", "s", time.Millisecond, &capability.Error{Class: capability.ClassScript, Plugin: "p", Script: "s", Err: errors.New("ERR boom")})
-	m.RedisCall("p", "s", 0, &capability.Error{Class: capability.ClassRefused, Plugin: "p", Script: "s", Err: errors.New("undeclared")})
-	m.RedisCall("p", "s", 250*time.Millisecond, &capability.Error{Class: capability.ClassTimeout, Plugin: "p", Script: "s", Err: context.DeadlineExceeded})
-	m.RedisCall("p", "s", 0, &capability.Error{Class: capability.ClassConnection, Plugin: "p", Script: "s", Err: capability.ErrCircuitOpen})
+	m.RedisCall("p", "s", "n1", time.Millisecond, nil)
+	m.RedisCall("p", "s", "n1", time.Millisecond, &capability.Error{Class: capability.ClassScript, Plugin: "p", Script: "s", Err: errors.New("ERR boom")})
+	m.RedisCall("p", "s", "n1", 0, &capability.Error{Class: capability.ClassRefused, Plugin: "p", Script: "s", Err: errors.New("undeclared")})
+	m.RedisCall("p", "s", "n1", 250*time.Millisecond, &capability.Error{Class: capability.ClassTimeout, Plugin: "p", Script: "s", Err: context.DeadlineExceeded})
+	m.RedisCall("p", "s", "n1", 0, &capability.Error{Class: capability.ClassConnection, Plugin: "p", Script: "s", Err: capability.ErrCircuitOpen})
 	m.RedisAvailable(false)
 	m.RedisAvailable(true)
 	st := m.Snapshot()
@@ -285,6 +285,10 @@ func TestPluginErrorsAndClasses(t *testing.T) {
 	want(t, s, `ruled_plugin_errors_total{plugin="p"}`, 2)
 	want(t, s, `ruled_redis_errors_total{class="script",plugin="p"}`, 1)
 	want(t, s, `ruled_redis_up`, 1)
+	// The same calls by the master they went to; the circuit's refusal
+	// never reached it.
+	want(t, s, `ruled_redis_node_errors_total{node="n1"}`, 3)
+	want(t, s, `ruled_redis_node_call_duration_seconds_count{node="n1"}`, 4)
 }
 
 func TestRegisterPool(t *testing.T) {
@@ -339,7 +343,7 @@ func BenchmarkCheckAndRedisCall(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			m.Check(300*time.Microsecond, true)
-			m.RedisCall("fixedwindow", "hit", 200*time.Microsecond, nil)
+			m.RedisCall("fixedwindow", "hit", "127.0.0.1:6379", 200*time.Microsecond, nil)
 		}
 	})
 }

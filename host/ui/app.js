@@ -200,6 +200,20 @@
     tbody.replaceChildren(...rows);
   }
 
+  function renderNodes(stats) {
+    const tbody = document.querySelector('#nodes tbody');
+    const rows = (stats.redis_nodes || []).map((n) => el('tr', { 'data-node': n.node },
+      el('td', { class: 'name' }, n.node),
+      el('td', { title: n.error || '' }, el('span', { class: 'pill ' + (n.up ? 'ok' : 'bad') }, n.up ? 'up' : 'down')),
+      el('td', {}, n.circuit_open ? el('span', { class: 'pill bad' }, 'open') : 'closed'),
+      el('td', { class: 'num' }, n.probe_ms.toFixed(1)),
+      el('td', { class: 'num' }, n.calls),
+      el('td', { class: 'num' }, n.errors),
+      el('td', { class: 'num' }, n.mean_call_ms.toFixed(2))));
+    if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: 7, class: 'muted' }, 'not probed yet')));
+    tbody.replaceChildren(...rows);
+  }
+
   function renderReload(stats) {
     const st = state.status;
     if (!st) return;
@@ -242,6 +256,7 @@
       renderHeader(stats);
       renderRules(stats);
       renderPlugins(stats);
+      renderNodes(stats);
       renderReload(stats);
       document.body.setAttribute('data-polls', state.polls);
     } catch (err) {

@@ -52,6 +52,7 @@ type page struct {
 	srv    *httptest.Server
 	engine *host.Engine
 	rules  string
+	redis  string // the Redis master's address
 	polls  atomic.Int64
 	onPoll atomic.Pointer[func(n int64)]
 }
@@ -68,7 +69,11 @@ func newPage(t *testing.T, adminToken string, loopback bool) *page {
 		t.Fatal(err)
 	}
 	m.Bind(e)
-	p := &page{engine: e, rules: filepath.Join(t.TempDir(), "rules.yaml")}
+	probing, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { cap.Probe(probing, time.Second); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	p := &page{engine: e, rules: filepath.Join(t.TempDir(), "rules.yaml"), redis: rs.Addr()}
 	if err := os.WriteFile(p.rules, []byte(rulesYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -217,6 +222,12 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	if strings.Contains(after, "198.51.100.7") || strings.Contains(after, "alice") {
 		t.Fatal("the page shows a subject")
+	}
+	// The Redis master, up, with the calls of the traffic (12 decisions,
+	// less the two denials the deny cache answered) and no error.
+	node := regexp.MustCompile(`<tr data-node="` + regexp.QuoteMeta(p.redis) + `">(.*?)</tr>`).FindStringSubmatch(after)
+	if node == nil || !strings.Contains(node[1], ">up<") || !strings.Contains(node[1], `<td class="num">10</td><td class="num">0</td>`) {
+		t.Fatalf("the page's Redis node row: %q, want %s up with 10 calls and 0 errors", node, p.redis)
 	}
 
 	// A failed reload is listed with its position.
