@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -186,8 +187,16 @@ func (l *chaosLoad) watch(ctx context.Context) {
 	}
 }
 
-// TestChaosCluster is the chaos test of issue "faults stay on their node".
-func TestChaosCluster(t *testing.T) {
+// TestChaosCluster is the chaos test, with ruled's default flags.
+func TestChaosCluster(t *testing.T) { chaosCluster(t) }
+
+// TestChaosClusterUnpipelined is the chaos test with each Redis call on a
+// connection of its own (--redis-pipeline=false), the path where one node
+// held every decision for seconds.
+func TestChaosClusterUnpipelined(t *testing.T) { chaosCluster(t, "--redis-pipeline=false") }
+
+// chaosCluster runs the chaos test against two instances started with args.
+func chaosCluster(t *testing.T, args ...string) {
 	if testing.Short() {
 		t.Skip("the chaos test runs for about a minute")
 	}
@@ -204,7 +213,7 @@ func TestChaosCluster(t *testing.T) {
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * chaosWorkers}},
 	}
 	for range 2 {
-		d := spawnDaemon(t, chaosRules, "--redis", cl.URL())
+		d := spawnDaemon(t, chaosRules, append([]string{"--redis", cl.URL()}, args...)...)
 		d.waitReady(15 * time.Second)
 		load.daemons = append(load.daemons, d)
 	}
@@ -324,6 +333,42 @@ func TestChaosCluster(t *testing.T) {
 	// Failback: the restarted node takes its slots back.
 	f = fault("failback (CLUSTER FAILOVER)", promoted, 3*time.Second, func() { admin(killed, "CLUSTER", "FAILOVER") })
 	sleep(2 * settle)
+	end(f)
+
+	// Re-sharding: half the slots of one master move, keys and all, to another
+	// (redis-cli --cluster reshard: the keys are MIGRATEd slot by slot, and
+	// calls for a slot in flight are redirected with ASK, then MOVED).
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(m *redistest.Server) string {
+		v, err := m.Client().Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	from, to := masters[2], masters[0]
+	f = fault("re-sharding (half a master's slots moved)", from, 2*time.Second, func() {
+		out, err := exec.Command(cli, "--cluster", "reshard", from.Addr(), "--cluster-from", id(from), "--cluster-to", id(to),
+			"--cluster-slots", "2730", "--cluster-yes").CombinedOutput()
+		if err != nil {
+			t.Errorf("redis-cli --cluster reshard: %v\n%s", err, tail(string(out), 10))
+		}
+	})
+	f.healed = load.since()
+	moved := 0
+	for i := range f.on {
+		if cl.MasterForKey("{"+load.subjects[i]+"}") == to {
+			moved++
+		}
+	}
+	t.Logf("re-sharding took %v and moved %d of the %d subjects on %s", (f.healed - f.began).Round(time.Millisecond), moved, len(f.on), from.Addr())
+	if moved == 0 {
+		t.Error("re-sharding moved no subject: the fault tested nothing")
+	}
+	sleep(settle)
 	end(f)
 
 	sleep(settle)

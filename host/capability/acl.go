@@ -35,13 +35,14 @@ type Isolation struct {
 }
 
 // connectionCommands are what a go-redis connection itself needs: the
-// handshake, health checks and, on a Cluster, the topology.
+// handshake, health checks and, on a Cluster, the topology and ASKING (a
+// call for a slot that is migrating follows its ASK redirect with it).
 // SELECT is not among them: with it a script could write its namespace in
 // another database. A plugin user gets it only when ruled itself uses a
 // database other than 0 (its connections must select it).
 // CLIENT SETINFO is left out as well: go-redis ignores its refusal.
 var connectionCommands = []string{"hello", "auth", "ping",
-	"cluster|slots", "cluster|shards", "cluster|nodes", "evalsha", "eval", "time"}
+	"cluster|slots", "cluster|shards", "cluster|nodes", "asking", "evalsha", "eval", "time"}
 
 // forbidden are commands a plugin may never declare: they reach beyond its
 // keys or administer the server.

@@ -199,3 +199,87 @@ func testOneSlot(t *testing.T, cl *redistest.Cluster, c *capability.Capability, 
 		t.Fatalf("subjects reached %d masters, want all 3: %v", len(masters), masters)
 	}
 }
+
+// TestIsolatedCallsFollowASK: while a subject's slot migrates and its keys
+// have already moved, Redis redirects its calls with ASK. The plugin's own
+// ACL user may send ASKING, so the call runs on the importing master and
+// finds the keys there, pipelined or not: a re-sharding costs no decision.
+func TestIsolatedCallsFollowASK(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	options := func(user, pass string) *redis.ClusterOptions {
+		return &redis.ClusterOptions{Addrs: cl.Addrs(), Username: user, Password: pass, ContextTimeoutEnabled: true,
+			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, DisableRoutingPolicies: true}
+	}
+	myID := func(s *redistest.Server) string {
+		id, err := s.Client().Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	for _, mode := range pipeModes {
+		t.Run(mode.name, func(t *testing.T) {
+			cc := redis.NewClusterClient(options("", ""))
+			t.Cleanup(func() { _ = cc.Close() })
+			iso := &capability.Isolation{ClientAs: func(user, pass string) (redis.UniversalClient, error) {
+				c := redis.NewClusterClient(options(user, pass))
+				t.Cleanup(func() { _ = c.Close() })
+				return c, nil
+			}}
+			c := capability.New(cc, capability.Options{Timeout: 2 * time.Second, Pipeline: mode.pipe, Isolation: iso})
+			counted := twoKeys
+			counted.Commands = []string{"INCR", "INCRBY"}
+			p, err := c.Register("asker", []sdk.Script{counted})
+			if err != nil {
+				t.Fatal(err)
+			}
+			subject := "migrating-" + mode.name
+			h := p.Host("r", subject)
+			if _, err := h.Eval(ctx, "two", []string{"a", "b"}); err != nil {
+				t.Fatal(err)
+			}
+			prefix := p.KeyPrefix("r", subject)
+			slot := cl.KeySlot(prefix)
+			from := cl.MasterForKey(prefix)
+			var to *redistest.Server
+			for _, m := range cl.Masters() {
+				if m != from {
+					to = m
+				}
+			}
+			fromID, toID := myID(from), myID(to)
+			for _, step := range []struct {
+				on   *redistest.Server
+				args []any
+			}{
+				{to, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", fromID}},
+				{from, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", toID}},
+				{from, []any{"MIGRATE", "127.0.0.1", to.Port, "", 0, 5000, "KEYS", prefix + "a", prefix + "b"}},
+			} {
+				if err := step.on.Client().Do(ctx, step.args...).Err(); err != nil {
+					t.Fatalf("%v: %v", step.args, err)
+				}
+			}
+			if _, err := h.Eval(ctx, "two", []string{"a", "b"}); err != nil {
+				t.Fatalf("a call while its slot migrates: %v", err)
+			}
+			conn := to.Client().Conn()
+			defer conn.Close()
+			if err := conn.Do(ctx, "ASKING").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := conn.Get(ctx, prefix+"a").Int(); err != nil || n != 2 {
+				t.Fatalf("the counter on the importing master: %d (%v), want 2: the call ran there, on the moved keys", n, err)
+			}
+			for _, m := range []*redistest.Server{to, from} {
+				if err := m.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := h.Eval(ctx, "two", []string{"a", "b"}); err != nil {
+				t.Fatalf("a call after the migration: %v", err)
+			}
+		})
+	}
+}
