@@ -517,9 +517,7 @@ func (e *Engine) Check(ctx context.Context, req *CheckRequest) Result {
 // per decision for them.
 func (e *Engine) CheckInto(ctx context.Context, req *CheckRequest, res *Result) {
 	start := time.Now()
-	b := budget{parent: ctx, deadline: start.Add(e.timeout)}
-	e.check(&b, req, res)
-	b.release()
+	e.check(ctx, newBudget(ctx, start, e.timeout), req, res)
 	for i := range res.Results {
 		rr := &res.Results[i]
 		e.obs.Decision(rr.Rule, rr.Plugin, outcome(rr), rr.cached)
@@ -533,40 +531,28 @@ var selections = sync.Pool{New: func() any { s := make([]rules.Selection, 0, 8);
 // DecisionTimeout returns the bound of one check.
 func (e *Engine) DecisionTimeout() time.Duration { return e.timeout }
 
-// budget is one check's time: the context every plugin call of the check
-// runs under, made at the first call (a check the deny cache answers
-// needs none).
-type budget struct {
-	parent   context.Context
-	deadline time.Time
-	ctx      context.Context
-	cancel   context.CancelFunc
+// budget is one check's time: the deadline that every plugin call of the
+// check shares, passed to the capability with each call (a deadline, not
+// a context: a check costs no timer of its own).
+type budget struct{ deadline time.Time }
+
+// newBudget returns the budget of a check that starts at start: timeout,
+// or less when ctx's deadline comes first.
+func newBudget(ctx context.Context, start time.Time, timeout time.Duration) budget {
+	b := budget{deadline: start.Add(timeout)}
+	if d, ok := ctx.Deadline(); ok && d.Before(b.deadline) {
+		b.deadline = d
+	}
+	return b
 }
 
 // minCallTime is the least time left in which a check still asks Redis.
 const minCallTime = time.Millisecond
 
-// context returns the check's context, or false when its time is spent
-// (less than minCallTime left).
-func (b *budget) context() (context.Context, bool) {
-	if b.ctx == nil {
-		if d, ok := b.parent.Deadline(); ok && !d.After(b.deadline) {
-			b.ctx, b.deadline = b.parent, d
-		} else {
-			b.ctx, b.cancel = context.WithDeadline(b.parent, b.deadline)
-		}
-	}
-	return b.ctx, b.ctx.Err() == nil && time.Until(b.deadline) >= minCallTime
-}
+// spent reports whether the check has less than minCallTime left.
+func (b budget) spent() bool { return time.Until(b.deadline) < minCallTime }
 
-// release frees the check's context.
-func (b *budget) release() {
-	if b.cancel != nil {
-		b.cancel()
-	}
-}
-
-func (e *Engine) check(b *budget, req *CheckRequest, res *Result) {
+func (e *Engine) check(ctx context.Context, b budget, req *CheckRequest, res *Result) {
 	g := e.gen.Load()
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
 	buf := selections.Get().(*[]rules.Selection)
@@ -580,7 +566,7 @@ func (e *Engine) check(b *budget, req *CheckRequest, res *Result) {
 	for _, sel := range sels {
 		res.Results = append(res.Results, RuleResult{})
 		rr := &res.Results[len(res.Results)-1]
-		e.decide(b, g, sel, req, rr)
+		e.decide(ctx, b, g, sel, req, rr)
 		if rr.Shadow || rr.Allowed {
 			continue
 		}
@@ -589,12 +575,12 @@ func (e *Engine) check(b *budget, req *CheckRequest, res *Result) {
 		if rr.Degraded == DegradedDeny {
 			res.FailClosed = true
 		}
-		e.refund(b, g, sels, res.Results, req)
+		e.refund(ctx, b, g, sels, res.Results, req)
 		break
 	}
 }
 
-func (e *Engine) decide(b *budget, g *generation, sel rules.Selection, req *CheckRequest, rr *RuleResult) {
+func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.Selection, req *CheckRequest, rr *RuleResult) {
 	rule := sel.Rule
 	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow}
 	if sel.Err != nil {
@@ -610,19 +596,18 @@ func (e *Engine) decide(b *budget, g *generation, sel rules.Selection, req *Chec
 			return
 		}
 	}
-	ctx, ok := b.context()
-	if !ok {
+	if b.spent() {
 		e.degrade(rr, sel, req, &capability.Error{Class: capability.ClassTimeout, Plugin: rule.Plugin, Err: ErrDecisionTimeout})
 		return
 	}
 	var d sdk.Decision
 	var err error
 	if leased {
-		d, err = e.decideLeased(ctx, g.plugins[rule.Plugin], key, sel, req)
+		d, err = e.decideLeased(ctx, b, g.plugins[rule.Plugin], key, sel, req)
 	} else {
 		p := g.plugins[rule.Plugin]
 		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
-		d, err = safeDecide(ctx, p, rule.Name, sel.Config, sreq)
+		d, err = safeDecide(ctx, b, p, rule.Name, sel.Config, sreq)
 	}
 	if err != nil {
 		e.degrade(rr, sel, req, err)
@@ -637,15 +622,16 @@ func (e *Engine) decide(b *budget, g *generation, sel rules.Selection, req *Chec
 	}
 }
 
-// safeDecide runs a plugin's Decide and turns a panic into an error, so that
-// a faulty plugin costs an error decision, never the daemon.
-func safeDecide(ctx context.Context, p *plugin, rule string, cfg sdk.Config, r sdk.Request) (d sdk.Decision, err error) {
+// safeDecide runs a plugin's Decide, its Redis calls bounded by b, and
+// turns a panic into an error, so that a faulty plugin costs an error
+// decision, never the daemon.
+func safeDecide(ctx context.Context, b budget, p *plugin, rule string, cfg sdk.Config, r sdk.Request) (d sdk.Decision, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("plugin %s panicked: %v", p.alg.Info().Name, v)
 		}
 	}()
-	return p.alg.Decide(ctx, p.reg.Host(rule, r.Subject), cfg, r)
+	return p.alg.Decide(ctx, p.reg.HostUntil(rule, r.Subject, b.deadline), cfg, r)
 }
 
 // degrade applies the rule's failure policy to a decision that failed:
@@ -708,20 +694,19 @@ func (e *Engine) DenyCacheHits() int64 { return e.deny.Hits() }
 // refund gives back what the evaluated rules granted to a request that was
 // denied in the end. Only plugin-granted units are refunded; a refund that
 // fails is logged and otherwise ignored (the units expire with the window).
-func (e *Engine) refund(b *budget, g *generation, sels []rules.Selection, done []RuleResult, req *CheckRequest) {
-	ctx, ok := b.context()
+func (e *Engine) refund(ctx context.Context, b budget, g *generation, sels []rules.Selection, done []RuleResult, req *CheckRequest) {
 	for i, rr := range done {
 		if rr.Degraded != DegradedNone || !rr.Allowed || rr.Granted <= 0 {
 			continue
 		}
-		if !ok {
+		if b.spent() {
 			e.log.Warn("refund skipped: the decision time-out is spent", "rule", rr.Rule)
 			continue
 		}
 		sel := sels[i]
 		p := g.plugins[sel.Rule.Plugin]
 		back := sdk.Request{Subject: sel.Subject, Hits: -rr.Granted, DedupID: req.DedupID, Attrs: req.Attrs}
-		if _, err := safeDecide(ctx, p, sel.Rule.Name, sel.Config, back); err != nil {
+		if _, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, back); err != nil {
 			e.log.Warn("refund failed", "rule", sel.Rule.Name, "err", err)
 		}
 	}

@@ -29,13 +29,18 @@ func newEngineTB(tb testing.TB, srv *redistest.Server, yaml string) *host.Engine
 	return newEngineOpts(tb, srv, yaml, capability.Options{Timeout: time.Second, Pipeline: redis.DefaultBlockingAutoPipelineOptions()})
 }
 
-func newEngineOpts(t testing.TB, srv *redistest.Server, yaml string, o capability.Options) *host.Engine {
+// newEngineOpts is newEngine with the capability's options o; each of with
+// may change the engine's options.
+func newEngineOpts(t testing.TB, srv *redistest.Server, yaml string, o capability.Options, with ...func(*host.Options)) *host.Engine {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		ReadTimeout: max(o.Timeout, capability.DefaultTimeout), WriteTimeout: max(o.Timeout, capability.DefaultTimeout)})
 	t.Cleanup(func() { _ = client.Close() })
-	cap := capability.New(client, o)
-	e, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtin.All()})
+	opts := host.Options{Capability: capability.New(client, o), Plugins: builtin.All()}
+	for _, f := range with {
+		f(&opts)
+	}
+	e, err := host.NewEngine(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

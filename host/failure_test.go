@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,12 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/redistest"
-	"github.com/ruled-dev/ruled/plugins/builtin"
 )
 
 const policyRules = `rules:
@@ -286,20 +281,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 func TestDecisionTimeoutBoundsTheCheck(t *testing.T) {
 	srv := redistest.Start(t)
 	const call, decision = 100 * time.Millisecond, 150 * time.Millisecond
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = client.Close() })
-	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: call}),
-		Plugins: builtin.All(), DecisionTimeout: decision})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(policyRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Load(path); err != nil {
-		t.Fatal(err)
-	}
+	e := newEngineOpts(t, srv, policyRules, capability.Options{Timeout: call}, func(o *host.Options) { o.DecisionTimeout = decision })
 	if e.DecisionTimeout() != decision {
 		t.Fatalf("DecisionTimeout %v, want %v", e.DecisionTimeout(), decision)
 	}

@@ -107,7 +107,7 @@ func leaseable(rule *rules.Rule, req *CheckRequest) bool {
 // lease from Redis (lease permits, best effort, in one call) when it cannot.
 // The lease's lock is held across a refill, so that concurrent requests for
 // one subject wait for one refill instead of each taking a lease.
-func (e *Engine) decideLeased(ctx context.Context, p *plugin, key local.Key, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
+func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key local.Key, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
 	rule := sel.Rule
 	l := e.leases.get(key)
 	l.mu.Lock()
@@ -119,7 +119,7 @@ func (e *Engine) decideLeased(ctx context.Context, p *plugin, key local.Key, sel
 	}
 	want := max(rule.Lease, req.Hits)
 	fill := sdk.Request{Subject: sel.Subject, Hits: want, BestEffort: true, Attrs: req.Attrs}
-	d, err := safeDecide(ctx, p, rule.Name, sel.Config, fill)
+	d, err := safeDecide(ctx, b, p, rule.Name, sel.Config, fill)
 	if err != nil {
 		return d, err
 	}
@@ -128,13 +128,13 @@ func (e *Engine) decideLeased(ctx context.Context, p *plugin, key local.Key, sel
 		// decide the request alone, for an exact answer and retry-after.
 		if d.Allowed && d.Granted > 0 {
 			back := sdk.Request{Subject: sel.Subject, Hits: -d.Granted, Attrs: req.Attrs}
-			if _, err := safeDecide(ctx, p, rule.Name, sel.Config, back); err != nil {
+			if _, err := safeDecide(ctx, b, p, rule.Name, sel.Config, back); err != nil {
 				e.log.Warn("returning leased permits failed", "rule", rule.Name, "err", err)
 			}
 		}
 		l.permits = 0
 		alone := sdk.Request{Subject: sel.Subject, Hits: req.Hits, Attrs: req.Attrs}
-		return safeDecide(ctx, p, rule.Name, sel.Config, alone)
+		return safeDecide(ctx, b, p, rule.Name, sel.Config, alone)
 	}
 	l.rule, l.sel, l.plugin = rule, sel, p
 	l.permits = d.Granted - req.Hits
@@ -163,7 +163,7 @@ func (l *lease) grant(hits int64, now time.Time) sdk.Decision {
 func (e *Engine) ReturnLeases(ctx context.Context) {
 	for _, l := range e.leases.drain() {
 		back := sdk.Request{Subject: l.sel.Subject, Hits: -l.permits}
-		if _, err := safeDecide(ctx, l.plugin, l.rule.Name, l.sel.Config, back); err != nil {
+		if _, err := safeDecide(ctx, budget{}, l.plugin, l.rule.Name, l.sel.Config, back); err != nil {
 			e.log.Warn("returning leased permits failed", "rule", l.rule.Name, "err", err)
 		}
 	}

@@ -83,22 +83,28 @@ type callBuf struct {
 }
 
 // bound returns ctx bounded by the capability's time-out for a call that
-// starts at now, and the function to call when the call is done. Where ctx
-// can never be cancelled, the bound context is cb.ctx over a shared
-// deadline (no allocation, no timer); where ctx's own deadline comes first,
-// ctx itself, and callers is true; otherwise a context.WithTimeout of ctx,
-// so that the caller's cancellation still ends the wait.
-func (c *Capability) bound(ctx context.Context, now time.Time, cb *callBuf) (_ context.Context, _ context.CancelFunc, callers bool) {
+// starts at now, and by deadline when that comes first (unless zero), and
+// the function to call when the call is done. Where ctx can never be
+// cancelled and the time-out comes first, the bound context is cb.ctx over
+// a shared deadline (no allocation, no timer); where ctx's own deadline
+// comes first, ctx itself; otherwise a context.WithDeadline of ctx, so that
+// the caller's cancellation still ends the wait. callers is true when the
+// bound is the caller's (ctx's or deadline), not the capability's time-out.
+func (c *Capability) bound(ctx context.Context, now, deadline time.Time, cb *callBuf) (_ context.Context, _ context.CancelFunc, callers bool) {
+	limit := now.Add(c.timeout)
+	if !deadline.IsZero() && deadline.Before(limit) {
+		limit, callers = deadline, true
+	}
 	parent, has := ctx.Deadline()
 	switch {
-	case !has && ctx.Done() == nil:
+	case !has && ctx.Done() == nil && !callers:
 		cb.ctx = callCtx{Context: ctx, dl: c.deadlines.at(now)}
 		return &cb.ctx, nop, false
-	case has && !parent.After(now.Add(c.timeout)):
+	case has && !parent.After(limit):
 		return ctx, nop, true // the caller's deadline is the tighter bound
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	return ctx, cancel, false
+	ctx, cancel := context.WithDeadline(ctx, limit)
+	return ctx, cancel, callers
 }
 
 func nop() {}

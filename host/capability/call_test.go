@@ -44,7 +44,7 @@ func TestBound(t *testing.T) {
 		parent := context.WithValue(context.Background(), key{}, "v")
 		start := time.Now()
 		var cb callBuf
-		ctx, cancel, callers := c.bound(parent, start, &cb)
+		ctx, cancel, callers := c.bound(parent, start, time.Time{}, &cb)
 		defer cancel()
 		if ctx != context.Context(&cb.ctx) || callers {
 			t.Fatalf("bound context %T, want the call's own", ctx)
@@ -67,7 +67,7 @@ func TestBound(t *testing.T) {
 	t.Run("cancellable parent", func(t *testing.T) {
 		parent, stop := context.WithCancel(context.Background())
 		var cb callBuf
-		ctx, cancel, callers := c.bound(parent, time.Now(), &cb)
+		ctx, cancel, callers := c.bound(parent, time.Now(), time.Time{}, &cb)
 		defer cancel()
 		if _, ok := ctx.Deadline(); !ok || callers {
 			t.Fatal("no deadline")
@@ -82,11 +82,33 @@ func TestBound(t *testing.T) {
 			t.Fatalf("err %v, want canceled", ctx.Err())
 		}
 	})
+	t.Run("tighter decision deadline", func(t *testing.T) {
+		now := time.Now()
+		var cb callBuf
+		for _, later := range []time.Duration{c.timeout, time.Hour} { // not tighter: the shared time-out
+			ctx, cancel, callers := c.bound(context.Background(), now, now.Add(later), &cb)
+			cancel()
+			if ctx != context.Context(&cb.ctx) || callers {
+				t.Fatalf("a decision deadline %v away was used as the bound", later)
+			}
+		}
+		deadline := now.Add(c.timeout / 2)
+		ctx, cancel, callers := c.bound(context.Background(), now, deadline, &cb)
+		defer cancel()
+		if dl, ok := ctx.Deadline(); !ok || !dl.Equal(deadline) || !callers {
+			t.Fatalf("deadline %v (%v, callers %v), want the decision's %v", dl, ok, callers, deadline)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("not done at the decision deadline")
+		}
+	})
 	t.Run("tighter parent deadline", func(t *testing.T) {
 		parent, stop := context.WithTimeout(context.Background(), time.Millisecond)
 		defer stop()
 		var cb callBuf
-		ctx, cancel, callers := c.bound(parent, time.Now(), &cb)
+		ctx, cancel, callers := c.bound(parent, time.Now(), time.Time{}, &cb)
 		defer cancel()
 		if ctx != parent || !callers {
 			t.Fatal("the parent's earlier deadline was not used as it is")

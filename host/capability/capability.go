@@ -467,12 +467,20 @@ func (p *Plugin) Host(rule, subject string) sdk.Host {
 	return &scopedHost{p: p, rule: rule, subject: EscapeSubject(subject)}
 }
 
+// HostUntil is Host with a deadline that every call through it shares (a
+// decision's time-out): a call waits at most the capability's time-out or
+// until then, whichever comes first. The zero time sets none.
+func (p *Plugin) HostUntil(rule, subject string, deadline time.Time) sdk.Host {
+	return &scopedHost{p: p, rule: rule, subject: EscapeSubject(subject), deadline: deadline}
+}
+
 // scopedHost is a Plugin scoped to one rule and subject. The key prefix
 // (KeyPrefix) is built with the keys of each call, in one allocation.
 type scopedHost struct {
-	p       *Plugin
-	rule    string
-	subject string // escaped
+	p        *Plugin
+	rule     string
+	subject  string    // escaped
+	deadline time.Time // shared by its calls; zero when none
 }
 
 func (h *scopedHost) Log(level sdk.Level, msg string) {
@@ -480,7 +488,7 @@ func (h *scopedHost) Log(level sdk.Level, msg string) {
 }
 
 func (h *scopedHost) Eval(ctx context.Context, script string, keys []string, args ...any) (sdk.Reply, error) {
-	return h.p.eval(ctx, h.rule, h.subject, script, keys, args)
+	return h.p.eval(ctx, h.deadline, h.rule, h.subject, script, keys, args)
 }
 
 // fullKeys returns the keys of one call under their rule and subject's
@@ -505,8 +513,9 @@ func (p *Plugin) fullKeys(rule, subject string, keys []string, out []string) []s
 	return out
 }
 
-// eval runs one script call for a rule and an escaped subject.
-func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []string, args []any) (sdk.Reply, error) {
+// eval runs one script call for a rule and an escaped subject, by
+// deadline when it is not zero.
+func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, script string, keys []string, args []any) (sdk.Reply, error) {
 	s, ok := p.scripts[script]
 	if !ok {
 		return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("script %q was not declared in Info", script)}
@@ -557,7 +566,7 @@ func (p *Plugin) eval(ctx context.Context, rule, subject, script string, keys []
 		return sdk.Reply{}, err
 	}
 	start := now
-	ctx, cancel, callers := p.cap.bound(ctx, start, cb)
+	ctx, cancel, callers := p.cap.bound(ctx, start, deadline, cb)
 	defer cancel()
 	if err := ctx.Err(); err != nil {
 		// The caller's time is spent: Redis was not asked.
