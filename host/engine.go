@@ -531,6 +531,17 @@ var selections = sync.Pool{New: func() any { s := make([]rules.Selection, 0, 8);
 // DecisionTimeout returns the bound of one check.
 func (e *Engine) DecisionTimeout() time.Duration { return e.timeout }
 
+// ShareDecisionTimeout returns ctx bounded by checker's decision time-out
+// when it has one (an *Engine does), for a request of several checks: each
+// check made with it takes its deadline as its own, so that they all share
+// one bound as the rules of one check do. Call cancel when they are done.
+func ShareDecisionTimeout(ctx context.Context, checker any) (context.Context, context.CancelFunc) {
+	if b, ok := checker.(interface{ DecisionTimeout() time.Duration }); ok {
+		return context.WithTimeout(ctx, b.DecisionTimeout())
+	}
+	return ctx, func() {}
+}
+
 // budget is one check's time: the deadline that every plugin call of the
 // check shares, passed to the capability with each call (a deadline, not
 // a context: a check costs no timer of its own).

@@ -251,7 +251,6 @@ func chaosCluster(t *testing.T, pipelined bool) {
 		close(loaded)
 	}()
 	defer func() { stop(); <-loaded }()
-	sleep := func(d time.Duration) { time.Sleep(d) }
 	var faults []*chaosFault
 	fault := func(name string, m *redistest.Server, recoverWithin time.Duration, begin func()) *chaosFault {
 		f := &chaosFault{name: name, node: m.Addr(), on: on(m), recoverWithin: recoverWithin}
@@ -274,18 +273,18 @@ func chaosCluster(t *testing.T, pipelined bool) {
 	}
 	const faultFor, settle = 4 * time.Second, 4 * time.Second
 	baseline := 8 * time.Second
-	sleep(baseline)
+	time.Sleep(baseline)
 
 	// A master stops answering for 4 s: Redis ends the pause itself.
 	f := fault("paused (CLIENT PAUSE 4000)", masters[0], 2*time.Second, func() { admin(masters[0], "CLIENT", "PAUSE", faultFor.Milliseconds(), "ALL") })
 	f.healed += faultFor
 	f.down = true
-	sleep(faultFor + settle)
+	time.Sleep(faultFor + settle)
 	end(f)
 
 	// A master loses the plugins' ACL users: ruled must set them up again.
 	f = fault("plugin users deleted", masters[1], 3*time.Second, func() { admin(masters[1], "ACL", "DELUSER", capability.ACLUser("fixedwindow")) })
-	sleep(settle)
+	time.Sleep(settle)
 	end(f)
 
 	// A master refuses every new connection (maxclients reached) and drops
@@ -301,27 +300,27 @@ func chaosCluster(t *testing.T, pipelined bool) {
 		}
 	})
 	f.down = true
-	sleep(faultFor)
+	time.Sleep(faultFor)
 	if err := conn.Do(ctx, "CONFIG", "SET", "maxclients", "10000").Err(); err != nil {
 		t.Fatal(err)
 	}
 	f.healed = load.since()
-	sleep(settle)
+	time.Sleep(settle)
 	end(f)
 
 	// A master out of memory answers every write with OOM.
 	f = fault("out of memory (maxmemory 1)", masters[0], 2*time.Second, func() { admin(masters[0], "CONFIG", "SET", "maxmemory", "1") })
-	sleep(faultFor)
+	time.Sleep(faultFor)
 	admin(masters[0], "CONFIG", "SET", "maxmemory", "0")
 	f.healed = load.since()
-	sleep(settle)
+	time.Sleep(settle)
 	end(f)
 
 	// A master is killed: its replica takes over.
 	killed := masters[1]
 	f = fault("killed (kill -9)", killed, 2*redistest.ClusterNodeTimeout+3*time.Second, killed.Kill)
 	f.down = true
-	sleep(2*redistest.ClusterNodeTimeout + 2*settle)
+	time.Sleep(2*redistest.ClusterNodeTimeout + 2*settle)
 	end(f)
 
 	// It comes back, as a replica of the promoted one.
@@ -331,12 +330,12 @@ func chaosCluster(t *testing.T, pipelined bool) {
 	}
 	f = fault("restarted (rejoins as a replica)", killed, 2*time.Second, killed.Restart)
 	cl.WaitHealthy(20 * time.Second)
-	sleep(settle)
+	time.Sleep(settle)
 	end(f)
 
 	// Failback: the restarted node takes its slots back.
 	f = fault("failback (CLUSTER FAILOVER)", promoted, 3*time.Second, func() { admin(killed, "CLUSTER", "FAILOVER") })
-	sleep(2 * settle)
+	time.Sleep(2 * settle)
 	end(f)
 
 	// Re-sharding: half the slots of one master move, keys and all, to another
@@ -375,10 +374,10 @@ func chaosCluster(t *testing.T, pipelined bool) {
 	if moved == 0 {
 		t.Error("re-sharding moved no subject: the fault tested nothing")
 	}
-	sleep(settle)
+	time.Sleep(settle)
 	end(f)
 
-	sleep(settle)
+	time.Sleep(settle)
 	stop()
 	<-loaded
 	load.judge(t, baseline, faults, pipelined)

@@ -146,10 +146,13 @@ func New(client redis.UniversalClient, opts Options) *Capability {
 	}
 	c.onAvailability = opts.OnAvailability
 	c.breakerFailures, c.breakerCooldown = opts.BreakerFailures, opts.BreakerCooldown
-	c.breaker = c.newBreaker("")
+	// One breaker for a single master; on a Cluster, one per master
+	// (breakerFor), and this one only for calls whose master is unknown.
+	single := ""
 	if rc, ok := client.(*redis.Client); ok {
-		c.breaker = c.newBreaker(nodeName(rc))
+		single = nodeName(rc)
 	}
+	c.breaker = c.newBreaker(single)
 	return c
 }
 
@@ -185,11 +188,7 @@ func (c *Capability) breakerOf(node string) *breaker {
 
 // forgetNode drops the breaker of a master that left the topology (a
 // failed master replaced by its replica, a node removed by re-sharding).
-func (c *Capability) forgetNode(node string) {
-	if _, ok := c.client.(*redis.ClusterClient); ok {
-		c.nodeBreakers.Delete(node)
-	}
-}
+func (c *Capability) forgetNode(node string) { c.nodeBreakers.Delete(node) }
 
 // nodeAnswered closes the breaker of a master that answered its probe:
 // the next call goes through instead of waiting for the cooldown.
@@ -463,9 +462,7 @@ func (p *Plugin) writePrefix(b *strings.Builder, rule, subject string) {
 }
 
 // Host returns the capability scoped to one rule and one subject.
-func (p *Plugin) Host(rule, subject string) sdk.Host {
-	return &scopedHost{p: p, rule: rule, subject: EscapeSubject(subject)}
-}
+func (p *Plugin) Host(rule, subject string) sdk.Host { return p.HostUntil(rule, subject, time.Time{}) }
 
 // HostUntil is Host with a deadline that every call through it shares (a
 // decision's time-out): a call waits at most the capability's time-out or

@@ -121,11 +121,13 @@ func (c *Capability) probeOnce(parent context.Context) {
 	h.mu.Lock()
 	switched := false
 	for addr, nh := range found {
-		if old, ok := h.nodes[addr]; ok && old.runID != "" && nh.runID != "" && old.runID != nh.runID {
+		old := h.nodes[addr]
+		switch {
+		case old == nil:
+		case nh.runID == "": // not answering: keep what it was
+			nh.runID = old.runID
+		case old.runID != "" && old.runID != nh.runID:
 			switched = true
-		}
-		if nh.runID == "" && h.nodes[addr] != nil {
-			nh.runID = h.nodes[addr].runID
 		}
 	}
 	if len(found) == 0 && err != nil {

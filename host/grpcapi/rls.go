@@ -118,13 +118,10 @@ func (s *RateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(reqs)),
 	}
-	// One bound for the whole request, as for one check over HTTP: the
-	// descriptors' checks and refunds share the engine's decision time-out.
-	if b, ok := s.check.(interface{ DecisionTimeout() time.Duration }); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, b.DecisionTimeout())
-		defer cancel()
-	}
+	// One bound for the whole request: its descriptors' checks and refunds
+	// share the engine's decision time-out.
+	ctx, cancel := host.ShareDecisionTimeout(ctx, s.check)
+	defer cancel()
 	all := host.Result{Allowed: true}
 	results := make([]host.Result, len(reqs))
 	over := false

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -45,14 +44,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		reqs[i] = req
 	}
 	answers := make([]*checkAnswer, len(reqs))
-	// One bound for the whole batch, as for one check: its checks share
-	// the engine's decision time-out (docs/operations.md, "Time bound").
-	ctx := r.Context()
-	if b, ok := s.check.(timeBounded); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, b.DecisionTimeout())
-		defer cancel()
-	}
+	// One bound for the whole batch (docs/operations.md, "Time bound").
+	ctx, cancel := host.ShareDecisionTimeout(r.Context(), s.check)
+	defer cancel()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, batchParallelism)
 	for i, req := range reqs {
@@ -67,10 +61,6 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	wg.Wait()
 	writeJSON(w, http.StatusOK, map[string]any{"results": answers})
 }
-
-// timeBounded is a Checker that bounds each check (host.Engine): a request
-// of several checks shares one such bound.
-type timeBounded interface{ DecisionTimeout() time.Duration }
 
 // acquireBody is a check body with how long the caller is willing to wait.
 type acquireBody struct {

@@ -173,7 +173,7 @@ func New(o Options) *Metrics {
 		}, []string{"plugin"}),
 		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ruled_redis_up",
-			Help: "1 while the last active probe (INFO server every second, on every master) found Redis answering, else 0.",
+			Help: "1 while the last active probe (every second) found every master answering, on a Cluster with cluster_state:ok, else 0.",
 		}),
 		nodeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ruled_redis_node_call_duration_seconds",
@@ -538,12 +538,10 @@ func (m *Metrics) Snapshot() Stats {
 			ns := NodeStats{NodeHealth: n}
 			if v, ok := m.nodes.Load(n.Node); ok {
 				nm := v.(*nodeMetrics)
-				var d dto.Metric
-				if nm.dur.Write(&d) == nil && d.Histogram != nil {
-					ns.Calls = d.Histogram.GetSampleCount()
-					if ns.Calls > 0 {
-						ns.MeanCallMS = d.Histogram.GetSampleSum() * 1000 / float64(ns.Calls)
-					}
+				var sum float64
+				ns.Calls, sum = histogramCountSum(nm.dur)
+				if ns.Calls > 0 {
+					ns.MeanCallMS = sum * 1000 / float64(ns.Calls)
 				}
 				ns.Errors = counterValue(nm.errs)
 			}
@@ -562,11 +560,17 @@ func counterValue(c prometheus.Counter) uint64 {
 }
 
 func histogramCount(h prometheus.Histogram) uint64 {
+	n, _ := histogramCountSum(h)
+	return n
+}
+
+// histogramCountSum returns how many observations h has and their sum.
+func histogramCountSum(h prometheus.Histogram) (uint64, float64) {
 	var d dto.Metric
 	if err := h.Write(&d); err != nil || d.Histogram == nil {
-		return 0
+		return 0, 0
 	}
-	return d.Histogram.GetSampleCount()
+	return d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum()
 }
 
 // Status is what GET /v1/admin/stats answers: the counters, where Redis is
