@@ -60,6 +60,7 @@ type RuleResult struct {
 	sdk.Decision
 
 	cached bool // answered by the deny cache
+	bad    bool // the plugin refused the request as bad input (Err)
 }
 
 // Result is the combined decision for a request.
@@ -71,6 +72,10 @@ type Result struct {
 	FailClosed bool
 	// RetryAfter is the longest retry-after among the denying rules.
 	RetryAfter time.Duration
+	// BadRequest is set when a plugin refused the request as bad input
+	// (sdk.BadRequestError): the request is denied, not on the rule's
+	// on_error policy, and the HTTP API answers 400 with its message.
+	BadRequest error
 	// Results holds one entry per evaluated rule, in rule order.
 	Results []RuleResult
 }
@@ -109,6 +114,9 @@ type Options struct {
 	Capability *capability.Capability
 	// Plugins are the algorithms rules may name (the built-ins, usually).
 	Plugins []sdk.Algorithm
+	// Now is the clock of the in-process shortcuts (deny cache, leases):
+	// time.Now unless a test injects the clock its scripts see.
+	Now func() time.Time
 	// Logger is the daemon's logger. Default slog.Default().
 	Logger *slog.Logger
 	// DenyCacheSize bounds the deny cache (default local.DefaultDenyCacheSize).
@@ -206,7 +214,8 @@ type Engine struct {
 	clusterSize atomic.Int64 // live ruled instances, as last seen in Redis
 	degradedLog logGate      // rate-limits "decision degraded" warnings per rule
 	leases      *leases
-	timeout     time.Duration // DecisionTimeout
+	timeout     time.Duration    // DecisionTimeout
+	now         func() time.Time // Options.Now
 }
 
 // ErrNoRule is the error of an operation on a rule the serving set lacks.
@@ -263,7 +272,10 @@ func NewEngine(o Options) (*Engine, error) {
 		return nil, errors.New("host: engine needs a capability")
 	}
 	e := &Engine{cap: o.Capability, log: o.Logger, builtins: map[string]*plugin{}, loadPlugin: o.LoadPlugin, loaded: map[string]*plugin{},
-		deny: local.NewDenyCache(o.DenyCacheSize), local: local.NewLimiters(), obs: o.Observer, leases: newLeases()}
+		deny: local.NewDenyCache(o.DenyCacheSize, o.Now), local: local.NewLimiters(), obs: o.Observer, leases: newLeases(), now: o.Now}
+	if e.now == nil {
+		e.now = time.Now
+	}
 	if e.obs == nil {
 		e.obs = nopObserver{}
 	}
@@ -582,6 +594,9 @@ func (e *Engine) check(ctx context.Context, b budget, req *CheckRequest, res *Re
 			continue
 		}
 		res.Allowed = false
+		if rr.bad {
+			res.BadRequest = fmt.Errorf("rule %s (plugin %s): %w", rr.Rule, rr.Plugin, rr.Err)
+		}
 		res.RetryAfter = max(res.RetryAfter, rr.RetryAfter)
 		if rr.Degraded == DegradedDeny {
 			res.FailClosed = true
@@ -600,7 +615,8 @@ func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.
 	}
 	key := local.Key{Rule: rule.Name, Subject: sel.Subject} // in the local caches
 	leased := leaseable(rule, req)
-	denyCached := rule.DenyCache && req.Hits > 0 && !req.BestEffort
+	// A retry with a dedup_id is answered by the plugin, which knows it.
+	denyCached := rule.DenyCache && req.Hits > 0 && !req.BestEffort && req.DedupID == ""
 	if denyCached {
 		if d, ok := e.deny.Get(key, req.Hits); ok {
 			rr.Decision, rr.cached = d, true
@@ -617,12 +633,24 @@ func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.
 		d, err = e.decideLeased(ctx, b, g.plugins[rule.Plugin], key, sel, req)
 	} else {
 		p := g.plugins[rule.Plugin]
+		if rule.Lease > 0 {
+			e.returnLease(ctx, b, key)
+		}
 		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
 		d, err = safeDecide(ctx, b, p, rule.Name, sel.Config, sreq)
 	}
 	if err != nil {
+		if sdk.IsBadRequest(err) {
+			rr.Err, rr.bad = err, true
+			return
+		}
 		e.degrade(rr, sel, req, err)
 		return
+	}
+	if rule.DenyCache && !denyCached {
+		// A request the cache does not answer (a refund, a peek, a retry,
+		// a best effort grant) may change what a cached denial says.
+		e.deny.Forget(key)
 	}
 	if e.localInUse.Load() && e.localInUse.CompareAndSwap(true, false) {
 		e.local.Reset() // Redis answers again and holds the truth
@@ -703,23 +731,31 @@ func (e *Engine) ClusterSize() int64 { return e.clusterSize.Load() }
 func (e *Engine) DenyCacheHits() int64 { return e.deny.Hits() }
 
 // refund gives back what the evaluated rules granted to a request that was
-// denied in the end. Only plugin-granted units are refunded; a refund that
-// fails is logged and otherwise ignored (the units expire with the window).
+// denied in the end, where their plugins declare refunds, and makes their
+// results say what stands: nothing granted, the remaining after the refund.
+// Only plugin-granted units are refunded; a refund that fails is logged and
+// otherwise ignored (the units expire with the window, and the result keeps
+// saying they were granted).
 func (e *Engine) refund(ctx context.Context, b budget, g *generation, sels []rules.Selection, done []RuleResult, req *CheckRequest) {
-	for i, rr := range done {
-		if rr.Degraded != DegradedNone || !rr.Allowed || rr.Granted <= 0 {
+	for i := range done {
+		rr := &done[i]
+		sel := sels[i]
+		if rr.Degraded != DegradedNone || !rr.Allowed || rr.Granted <= 0 || !sel.Rule.Traits.Refunds {
 			continue
 		}
 		if b.spent() {
 			e.log.Warn("refund skipped: the decision time-out is spent", "rule", rr.Rule)
 			continue
 		}
-		sel := sels[i]
 		p := g.plugins[sel.Rule.Plugin]
 		back := sdk.Request{Subject: sel.Subject, Hits: -rr.Granted, DedupID: req.DedupID, Attrs: req.Attrs}
-		if _, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, back); err != nil {
+		d, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, back)
+		if err != nil {
 			e.log.Warn("refund failed", "rule", sel.Rule.Name, "err", err)
+			continue
 		}
+		e.deny.Forget(local.Key{Rule: sel.Rule.Name, Subject: sel.Subject})
+		rr.Granted, rr.Remaining, rr.Reset = 0, d.Remaining, d.Reset
 	}
 }
 

@@ -52,14 +52,22 @@ func newLeases() *leases {
 	return l
 }
 
-func (ls *leases) get(key local.Key) *lease {
+// lookup returns key's lease, or nil when there is none.
+func (ls *leases) lookup(key local.Key) *lease {
+	s := &ls.shards[key.Hash(ls.seed)%leaseShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key]
+}
+
+// get returns key's lease, adding an empty one when there is none.
+func (ls *leases) get(key local.Key, now time.Time) *lease {
 	s := &ls.shards[key.Hash(ls.seed)%leaseShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.m[key]
 	if l == nil {
 		if len(s.m) >= maxLeases/leaseShards {
-			now := time.Now()
 			for k, old := range s.m {
 				if old.mu.TryLock() {
 					if old.permits == 0 || !now.Before(old.expires) {
@@ -76,9 +84,8 @@ func (ls *leases) get(key local.Key) *lease {
 }
 
 // drain takes every unexpired lease's permits out, for returning them.
-func (ls *leases) drain() []*lease {
+func (ls *leases) drain(now time.Time) []*lease {
 	var out []*lease
-	now := time.Now()
 	for i := range ls.shards {
 		s := &ls.shards[i]
 		s.mu.Lock()
@@ -100,7 +107,7 @@ func (ls *leases) drain() []*lease {
 // leaseable reports whether a request may be served from a lease: it takes
 // units, without the per-request options a lease cannot honour.
 func leaseable(rule *rules.Rule, req *CheckRequest) bool {
-	return rule.Lease > 0 && req.Hits > 0 && req.DedupID == "" && !req.BestEffort
+	return rule.Lease > 0 && rule.Traits.Leasable && req.Hits > 0 && req.DedupID == "" && !req.BestEffort
 }
 
 // decideLeased grants req from the rule and subject's lease, refilling the
@@ -109,43 +116,82 @@ func leaseable(rule *rules.Rule, req *CheckRequest) bool {
 // one subject wait for one refill instead of each taking a lease.
 func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key local.Key, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
 	rule := sel.Rule
-	l := e.leases.get(key)
+	now := e.now()
+	l := e.leases.get(key, now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := time.Now()
-	if l.rule == rule && now.Before(l.expires) && l.permits >= req.Hits {
+	valid := l.rule == rule && now.Before(l.expires)
+	if valid && l.permits >= req.Hits {
 		l.permits -= req.Hits
 		return l.grant(req.Hits, now), nil
 	}
-	want := max(rule.Lease, req.Hits)
+	// Top the lease up: the permits it still holds count towards the
+	// request, so none are left behind in Redis.
+	held := int64(0)
+	if valid {
+		held = l.permits
+	}
+	l.permits = 0
+	want := max(rule.Lease, req.Hits) - held
 	fill := sdk.Request{Subject: sel.Subject, Hits: want, BestEffort: true, Attrs: req.Attrs}
 	d, err := safeDecide(ctx, b, p, rule.Name, sel.Config, fill)
 	if err != nil {
+		e.giveBack(ctx, b, p, sel, held)
 		return d, err
 	}
-	if !d.Allowed || d.Granted < req.Hits {
-		// Not enough for this request: give back any partial grant and
-		// decide the request alone, for an exact answer and retry-after.
-		if d.Allowed && d.Granted > 0 {
-			back := sdk.Request{Subject: sel.Subject, Hits: -d.Granted, Attrs: req.Attrs}
-			if _, err := safeDecide(ctx, b, p, rule.Name, sel.Config, back); err != nil {
-				e.log.Warn("returning leased permits failed", "rule", rule.Name, "err", err)
-			}
-		}
-		l.permits = 0
+	got := held
+	if d.Allowed {
+		got += max(d.Granted, 0)
+	}
+	if got < req.Hits {
+		// Not enough for this request: give back what is held and decide
+		// the request alone, for an exact answer and retry-after.
+		e.giveBack(ctx, b, p, sel, got)
 		alone := sdk.Request{Subject: sel.Subject, Hits: req.Hits, Attrs: req.Attrs}
 		return safeDecide(ctx, b, p, rule.Name, sel.Config, alone)
 	}
-	l.rule, l.sel, l.plugin = rule, sel, p
-	l.permits = d.Granted - req.Hits
-	l.taken = now
 	age := MaxLeaseAge
 	if d.Reset > 0 {
 		age = min(age, d.Reset)
 	}
-	l.expires = now.Add(age)
+	if !valid || now.Add(age).Before(l.expires) {
+		// Permits held from before keep their (earlier) end.
+		l.expires = now.Add(age)
+	}
+	l.rule, l.sel, l.plugin = rule, sel, p
+	l.permits = got - req.Hits
+	l.taken = now
 	l.decision = d
 	return l.grant(req.Hits, now), nil
+}
+
+// giveBack returns n leased permits of sel's subject to Redis, where the
+// plugin declares refunds (otherwise they are left to expire).
+func (e *Engine) giveBack(ctx context.Context, b budget, p *plugin, sel rules.Selection, n int64) {
+	if n <= 0 || !sel.Rule.Traits.Refunds {
+		return
+	}
+	back := sdk.Request{Subject: sel.Subject, Hits: -n}
+	if _, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, back); err != nil {
+		e.log.Warn("returning leased permits failed", "rule", sel.Rule.Name, "err", err)
+	}
+}
+
+// returnLease gives key's unused leased permits back before a request the
+// lease cannot serve (a peek, a refund, a retry with a dedup_id, a best
+// effort request) goes to the plugin, so that the plugin sees the units
+// this instance holds as unused, as it would without the lease.
+func (e *Engine) returnLease(ctx context.Context, b budget, key local.Key) {
+	l := e.leases.lookup(key)
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.permits > 0 && l.rule != nil && e.now().Before(l.expires) {
+		e.giveBack(ctx, b, l.plugin, l.sel, l.permits)
+	}
+	l.permits = 0
 }
 
 // grant is the decision for hits granted from the lease at now.
@@ -159,9 +205,13 @@ func (l *lease) grant(hits int64, now time.Time) sdk.Decision {
 
 // ReturnLeases gives the unexpired permits of every lease back to Redis,
 // for shutdown and reload. Permits past their age are not returned: their
-// quota period has moved on.
+// quota period has moved on, and neither are those of a plugin that does not
+// declare refunds.
 func (e *Engine) ReturnLeases(ctx context.Context) {
-	for _, l := range e.leases.drain() {
+	for _, l := range e.leases.drain(e.now()) {
+		if !l.rule.Traits.Refunds {
+			continue
+		}
 		back := sdk.Request{Subject: l.sel.Subject, Hits: -l.permits}
 		if _, err := safeDecide(ctx, budget{}, l.plugin, l.rule.Name, l.sel.Config, back); err != nil {
 			e.log.Warn("returning leased permits failed", "rule", l.rule.Name, "err", err)

@@ -118,6 +118,13 @@ func (c *compiler) rule(rr *rawRule) *Rule {
 		switch {
 		case found:
 			r.alg = alg
+			r.Traits = alg.Info().Traits
+			r.DenyCache = r.DenyCache && r.Traits.FirmDenials
+			if r.Lease > 0 && !r.Traits.Leasable {
+				c.errorf(rr.file.pos(rr.leaseNode), rr.name, CodeBadValue,
+					"lease: plugin %q does not declare leasable grants (a lease would change what it decides); remove lease", rr.plugin)
+				ok = false
+			}
 		case c.files.pluginNames[rr.plugin] != Position{}:
 			c.errorf(rr.file.pos(rr.pluginNode), rr.name, CodeUnknownPlugin,
 				"plugin %q is declared at %s but was not loaded", rr.plugin, c.files.pluginNames[rr.plugin])

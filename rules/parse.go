@@ -43,6 +43,7 @@ type rawRule struct {
 	stop        bool
 	noDenyCache bool
 	lease       int64
+	leaseNode   *yaml.Node
 }
 
 // Plugins returns the third-party plugin declarations of every file, in
@@ -393,7 +394,7 @@ func (p *parser) parseRule(n *yaml.Node) {
 		case "deny_cache":
 			r.noDenyCache = !p.boolean(v, r.name, "deny_cache")
 		case "lease":
-			r.lease = p.leaseSize(v, r.name)
+			r.lease, r.leaseNode = p.leaseSize(v, r.name), v
 		default:
 			p.unknownField(k, r.name, ruleFields...)
 		}

@@ -104,13 +104,17 @@ type Rule struct {
 	Shadow  bool // evaluated and counted, never denies
 	Stop    bool // when this rule matches, later rules are not evaluated
 	// DenyCache lets the engine deny a subject in-process until the
-	// retry-after of its last denial, without a Redis call (default true;
-	// deny_cache: false turns it off).
+	// retry-after of its last denial, without a Redis call: true when the
+	// plugin declares firm denials and the rule does not say
+	// deny_cache: false.
 	DenyCache bool
 	// Lease, when above 0, lets each ruled instance take this many permits
 	// from Redis in one call and grant them in-process (very high rates; see
-	// docs/rules.md for the bound on over-admission). 0 is off.
-	Lease   int64
+	// docs/rules.md for the bound on over-admission). 0 is off; a lease on
+	// a plugin that does not declare leasable grants is a load error.
+	Lease int64
+	// Traits are what the rule's plugin declares about its decisions.
+	Traits  sdk.Traits
 	Pos     Position
 	When    string // source of the when expression; "" means always
 	Subject string // source of the subject expression

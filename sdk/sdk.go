@@ -56,6 +56,35 @@ type Info struct {
 	// Scripts lists every Lua script the plugin may run. Host.Eval refuses
 	// any script not declared here.
 	Scripts []Script
+	// Traits declares what the engine may assume about the plugin's
+	// decisions; each trait allows one shortcut. The zero value declares
+	// nothing, and every request then goes to the plugin.
+	Traits Traits
+}
+
+// Traits are a plugin's promises about its decisions. The engine takes a
+// shortcut (answering without the plugin) only where the plugin promised
+// what makes the shortcut answer as the plugin would; docs/rules.md
+// ("Shortcuts") lists which shortcut each trait allows.
+type Traits struct {
+	// FirmDenials promises that a denial of n hits for a subject holds for
+	// every request of n or more hits until its RetryAfter has passed,
+	// unless units are given back (negative hits), and that a request
+	// denied changes nothing the plugin decides by later. The engine may
+	// then deny such requests from an in-process cache (a rule's
+	// deny_cache).
+	FirmDenials bool
+	// Leasable promises that one best-effort request for n hits decides as
+	// n requests of one hit at the same instant would, and that a grant
+	// means nothing beyond its counts (no Delay, no spacing between
+	// requests). The engine may then take grants ahead in bulk and hand
+	// them out in-process (a rule's lease).
+	Leasable bool
+	// Refunds promises that negative hits give units back. The engine then
+	// returns what earlier rules granted to a request a later rule denied,
+	// and leased units it did not hand out; without it, such units are
+	// left to expire.
+	Refunds bool
 }
 
 // Script is a Lua script a plugin declares.

@@ -131,6 +131,12 @@ func (s *RateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		}
 		results[i] = s.check.Check(ctx, cr)
 		res := &results[i]
+		if res.BadRequest != nil {
+			if !over {
+				s.refund(ctx, reqs[:i], results[:i])
+			}
+			return nil, status.Error(codes.InvalidArgument, res.BadRequest.Error())
+		}
 		resp.Statuses[i] = descriptorStatus(res)
 		all.Results = append(all.Results, res.Results...)
 		if res.Allowed {

@@ -32,6 +32,9 @@ func (s *Server) handleAuth(w http.ResponseWriter, r *http.Request) {
 	SetRateLimitHeaders(w.Header(), &res)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	switch {
+	case res.BadRequest != nil:
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(res.BadRequest.Error() + "\n"))
 	case res.FailClosed:
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte("rate limiter unavailable\n"))

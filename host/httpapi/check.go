@@ -144,6 +144,9 @@ type checkAnswer struct {
 	Allowed      bool           `json:"allowed"`
 	RetryAfterMS int64          `json:"retry_after_ms"`
 	Results      []resultAnswer `json:"results"`
+	// Error is set, in a batch, on a check a plugin refused as bad input
+	// (a single check answers 400 instead).
+	Error *Error `json:"error,omitempty"`
 }
 
 type resultAnswer struct {
@@ -175,6 +178,9 @@ func encodeResult(res *host.Result) *checkAnswer {
 			ra.Error = rr.Err.Error()
 		}
 		a.Results[i] = ra
+	}
+	if res.BadRequest != nil {
+		a.Error = badRequest(res)
 	}
 	return a
 }

@@ -98,7 +98,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		}
 		// Answer now when there is nothing to wait for, or when the wait
 		// does not fit: a denial as is, an admission with its delay_ms.
-		if wait <= 0 || res.FailClosed || time.Now().Add(wait).After(deadline) {
+		if wait <= 0 || res.FailClosed || res.BadRequest != nil || time.Now().Add(wait).After(deadline) {
 			s.respondCheck(w, &res)
 			return
 		}

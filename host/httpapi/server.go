@@ -136,8 +136,13 @@ type intoChecker interface {
 
 var results = sync.Pool{New: func() any { return new(host.Result) }}
 
-// respondCheck writes a check answer: 200, 429 or 503 with the headers.
+// respondCheck writes a check answer: 200, 429 or 503 with the headers, or
+// 400 when a plugin refused the request as bad input.
 func (s *Server) respondCheck(w http.ResponseWriter, res *host.Result) {
+	if res.BadRequest != nil {
+		writeError(w, badRequest(res))
+		return
+	}
 	status := http.StatusOK
 	switch {
 	case res.FailClosed:
@@ -161,6 +166,11 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// badRequest is the error for a request a plugin refused as bad input.
+func badRequest(res *host.Result) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: res.BadRequest.Error()}
 }
 
 func writeError(w http.ResponseWriter, e *Error) {

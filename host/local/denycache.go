@@ -43,12 +43,15 @@ type denyEntry struct {
 }
 
 // NewDenyCache returns a cache of at most size entries (DefaultDenyCacheSize
-// when size <= 0).
-func NewDenyCache(size int) *DenyCache {
+// when size <= 0) that tells time by now (time.Now when nil).
+func NewDenyCache(size int, now func() time.Time) *DenyCache {
 	if size <= 0 {
 		size = DefaultDenyCacheSize
 	}
-	c := &DenyCache{seed: maphash.MakeSeed(), perShard: max(1, size/denyShards), now: time.Now}
+	if now == nil {
+		now = time.Now
+	}
+	c := &DenyCache{seed: maphash.MakeSeed(), perShard: max(1, size/denyShards), now: now}
 	for i := range c.shards {
 		c.shards[i].m = map[Key]denyEntry{}
 	}
@@ -112,6 +115,20 @@ func (c *DenyCache) Put(key Key, hits int64, d sdk.Decision) {
 	}
 	s.m[key] = denyEntry{until: c.now().Add(d.RetryAfter), hits: hits, d: d}
 	c.entries.Add(int64(len(s.m) - before))
+}
+
+// Forget drops key's entry, if any (units were given back).
+func (c *DenyCache) Forget(key Key) {
+	if c.entries.Load() == 0 {
+		return
+	}
+	s := c.shard(key)
+	s.mu.Lock()
+	if _, ok := s.m[key]; ok {
+		delete(s.m, key)
+		c.entries.Add(-1)
+	}
+	s.mu.Unlock()
 }
 
 // Clear forgets every entry (the rules changed).

@@ -8,7 +8,7 @@ import (
 )
 
 func TestDenyCache(t *testing.T) {
-	c := NewDenyCache(64)
+	c := NewDenyCache(64, nil)
 	now := time.Unix(1000, 0)
 	c.now = func() time.Time { return now }
 	k := Key{Rule: "rule", Subject: "subject"}

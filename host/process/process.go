@@ -403,6 +403,9 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 		return sdk.Decision{}, p.callFailed(ctx, in, "decide", err)
 	}
 	in.timeouts.Store(0)
+	if resp.GetBadRequest() {
+		return sdk.Decision{}, &sdk.BadRequestError{Message: resp.GetError()}
+	}
 	if msg := resp.GetError(); msg != "" {
 		return sdk.Decision{}, &decideError{msg: "process plugin " + p.info.Name + ": " + msg, cause: cl.capErr()}
 	}

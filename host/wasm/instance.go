@@ -243,6 +243,9 @@ func (in *instance) decide(ctx context.Context, h sdk.Host, id uint64, r *sdk.Re
 	if err := resp.Decode(out); err != nil {
 		return sdk.Decision{}, in.fail(abi.ExportDecide, err)
 	}
+	if resp.BadRequest {
+		return sdk.Decision{}, &sdk.BadRequestError{Message: resp.Error}
+	}
 	if resp.Error != "" {
 		return sdk.Decision{}, &decideError{msg: "wasm plugin " + in.p.name() + ": " + resp.Error, cause: in.capErr}
 	}

@@ -22,16 +22,31 @@ func InfoToPB(info *sdk.Info) *abipb.Info {
 	for i, s := range info.Scripts {
 		out.Scripts[i] = &abipb.Script{Name: s.Name, Source: s.Source, Commands: s.Commands}
 	}
+	if t := info.Traits; t != (sdk.Traits{}) {
+		out.Traits = &abipb.Traits{FirmDenials: t.FirmDenials, Leasable: t.Leasable, Refunds: t.Refunds}
+	}
 	return out
 }
 
 // InfoFromPB converts an Info message.
 func InfoFromPB(m *abipb.Info) sdk.Info {
-	info := sdk.Info{Name: m.GetName(), Version: m.GetVersion()}
+	info := sdk.Info{Name: m.GetName(), Version: m.GetVersion(), Traits: sdk.Traits{
+		FirmDenials: m.GetTraits().GetFirmDenials(), Leasable: m.GetTraits().GetLeasable(), Refunds: m.GetTraits().GetRefunds(),
+	}}
 	for _, s := range m.GetScripts() {
 		info.Scripts = append(info.Scripts, sdk.Script{Name: s.GetName(), Source: s.GetSource(), Commands: s.GetCommands()})
 	}
 	return info
+}
+
+// DecideErrorToPB turns Decide's error into a response, marking a
+// refusal of the request as bad input.
+func DecideErrorToPB(err error) *abipb.DecideResponse {
+	var bad *sdk.BadRequestError
+	if errors.As(err, &bad) {
+		return &abipb.DecideResponse{Error: bad.Message, BadRequest: true}
+	}
+	return &abipb.DecideResponse{Error: err.Error()}
 }
 
 // ConfigureToPB encodes a rule's raw config under id, with sdk/abi's codec

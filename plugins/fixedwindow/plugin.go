@@ -36,7 +36,9 @@ func (Plugin) Info() sdk.Info {
 		Name:     "decide",
 		Source:   script,
 		Commands: []string{"HMGET", "HGET", "HSET", "HDEL", "DEL", "PEXPIRE"},
-	}}}
+	}},
+		Traits: sdk.Traits{FirmDenials: true, Leasable: true, Refunds: true},
+	}
 }
 
 // Configure implements sdk.Algorithm.

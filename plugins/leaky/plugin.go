@@ -66,7 +66,10 @@ func (Plugin) Info() sdk.Info {
 		Name:     "decide",
 		Source:   script,
 		Commands: []string{"HMGET", "HSET", "PEXPIRE", "DEL"},
-	}}}
+	}},
+		// Not leasable: in shape mode a grant carries its own delay.
+		Traits: sdk.Traits{FirmDenials: true, Refunds: true},
+	}
 }
 
 // Configure implements sdk.Algorithm.

@@ -56,7 +56,9 @@ func (Plugin) Info() sdk.Info {
 		Name:     "decide",
 		Source:   script,
 		Commands: []string{"HGETALL", "HMGET", "HGET", "HINCRBY", "HSET", "HDEL", "DEL", "PEXPIRE"},
-	}}}
+	}},
+		Traits: sdk.Traits{FirmDenials: true, Leasable: true, Refunds: true},
+	}
 }
 
 // Configure implements sdk.Algorithm.

@@ -64,7 +64,11 @@ func (Plugin) Info() sdk.Info {
 		Source: script,
 		Commands: []string{"ZREMRANGEBYSCORE", "ZREMRANGEBYRANK", "ZCOUNT", "ZCARD", "ZRANGE", "ZADD",
 			"HMGET", "HSET", "PEXPIRE"},
-	}}}
+	}},
+		// Denials are not firm (with count_denied a denied request extends the
+		// denial) and grants are not leasable (min_gap spaces requests).
+		Traits: sdk.Traits{Refunds: true},
+	}
 }
 
 // Configure implements sdk.Algorithm.

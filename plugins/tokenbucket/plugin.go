@@ -61,7 +61,9 @@ func (Plugin) Info() sdk.Info {
 		Name:     "decide",
 		Source:   script,
 		Commands: []string{"HMGET", "HSET", "PEXPIRE", "DEL"},
-	}}}
+	}},
+		Traits: sdk.Traits{FirmDenials: true, Leasable: true, Refunds: true},
+	}
 }
 
 // Configure implements sdk.Algorithm.

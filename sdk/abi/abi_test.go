@@ -22,7 +22,7 @@ func testInfo() sdk.Info {
 	return sdk.Info{Name: "gcra", Version: "1.2.3", Scripts: []sdk.Script{
 		{Name: "decide", Source: longSource, Commands: []string{"HGET", "HSET", "PEXPIRE"}},
 		{Name: "peek", Source: "return 1", Commands: nil},
-	}}
+	}, Traits: sdk.Traits{FirmDenials: true, Refunds: true}}
 }
 
 func TestInfoRoundTripAndSchema(t *testing.T) {
@@ -37,12 +37,18 @@ func TestInfoRoundTripAndSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	if pb.Name != "gcra" || len(pb.Scripts) != 2 || pb.Scripts[0].Source != longSource ||
-		!reflect.DeepEqual(pb.Scripts[0].Commands, []string{"HGET", "HSET", "PEXPIRE"}) {
+		!reflect.DeepEqual(pb.Scripts[0].Commands, []string{"HGET", "HSET", "PEXPIRE"}) ||
+		!pb.Traits.GetFirmDenials() || pb.Traits.GetLeasable() || !pb.Traits.GetRefunds() {
 		t.Fatalf("generated code reads %v", &pb)
 	}
 	pbBytes, _ := proto.Marshal(&pb)
 	if got, err = abi.DecodeInfo(pbBytes); err != nil || !reflect.DeepEqual(got, info) {
 		t.Fatalf("from generated code: %+v, %v", got, err)
+	}
+	// A module built before traits existed declares none.
+	info.Traits = sdk.Traits{}
+	if got, err = abi.DecodeInfo(abi.AppendInfo(nil, &info)); err != nil || got.Traits != (sdk.Traits{}) {
+		t.Fatalf("no traits: %+v, %v", got.Traits, err)
 	}
 }
 
@@ -168,6 +174,13 @@ func TestDecideResponseRoundTripAndSchema(t *testing.T) {
 	}
 	if err := got.Decode((&abi.DecideResponse{Error: "boom"}).Append(nil)); err != nil || got.Error != "boom" || got.Decision != (sdk.Decision{}) {
 		t.Fatalf("error response: %+v %v", got, err)
+	}
+	bad := (&abi.DecideResponse{Error: "no lease id", BadRequest: true}).Append(nil)
+	if err := got.Decode(bad); err != nil || !got.BadRequest || got.Error != "no lease id" {
+		t.Fatalf("bad request response: %+v %v", got, err)
+	}
+	if err := proto.Unmarshal(bad, &pb); err != nil || !pb.BadRequest {
+		t.Fatalf("generated code reads %v, %v", &pb, err)
 	}
 }
 

@@ -51,6 +51,14 @@ func AppendInfo(b []byte, info *sdk.Info) []byte {
 		}
 		b = endNested(b, mark)
 	}
+	if t := info.Traits; t != (sdk.Traits{}) {
+		var mark int
+		b, mark = beginNested(b, 4)
+		b = appendBool(b, 1, t.FirmDenials)
+		b = appendBool(b, 2, t.Leasable)
+		b = appendBool(b, 3, t.Refunds)
+		b = endNested(b, mark)
+	}
 	return b
 }
 
@@ -74,9 +82,38 @@ func DecodeInfo(b []byte) (sdk.Info, error) {
 				return sdk.Info{}, err
 			}
 			info.Scripts = append(info.Scripts, s)
+		case f.num == 4 && f.isBytes():
+			t, err := decodeTraits(f.bytes)
+			if err != nil {
+				return sdk.Info{}, err
+			}
+			info.Traits = t
 		}
 	}
 	return info, nil
+}
+
+func decodeTraits(b []byte) (sdk.Traits, error) {
+	var t sdk.Traits
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return sdk.Traits{}, fmt.Errorf("abi: Traits: %w", err)
+		}
+		b = rest
+		if !f.isVarint() {
+			continue
+		}
+		switch f.num {
+		case 1:
+			t.FirmDenials = f.u != 0
+		case 2:
+			t.Leasable = f.u != 0
+		case 3:
+			t.Refunds = f.u != 0
+		}
+	}
+	return t, nil
 }
 
 func decodeScript(b []byte) (sdk.Script, error) {
@@ -265,6 +302,9 @@ type DecideResponse struct {
 	Decision sdk.Decision
 	// Error is set when the plugin could not decide.
 	Error string
+	// BadRequest marks Error as a refusal of the request as bad input
+	// (sdk.BadRequestError).
+	BadRequest bool
 }
 
 // Append appends m encoded.
@@ -280,7 +320,8 @@ func (m *DecideResponse) Append(b []byte) []byte {
 	b = appendSint(b, 7, d.RetryAfter.Microseconds())
 	b = appendSint(b, 8, d.Delay.Microseconds())
 	b = endNested(b, mark)
-	return appendString(b, 2, m.Error)
+	b = appendString(b, 2, m.Error)
+	return appendBool(b, 3, m.BadRequest)
 }
 
 // Decode decodes b into m.
@@ -299,6 +340,8 @@ func (m *DecideResponse) Decode(b []byte) error {
 			}
 		case f.num == 2 && f.isBytes():
 			m.Error = string(f.bytes)
+		case f.num == 3 && f.isVarint():
+			m.BadRequest = f.u != 0
 		}
 	}
 	return nil

@@ -216,7 +216,7 @@ func (s *server) Decide(ctx context.Context, req *pluginpb.DecideRequest) (*abip
 	h := &remoteHost{s: s, call: req.GetCallId()}
 	d, err := s.decide(ctx, h, cfg, pluginrpc.RequestFromPB(dreq))
 	if err != nil {
-		return &abipb.DecideResponse{Error: err.Error()}, nil
+		return pluginrpc.DecideErrorToPB(err), nil
 	}
 	return &abipb.DecideResponse{Decision: pluginrpc.DecisionToPB(&d)}, nil
 }

@@ -105,7 +105,11 @@ func (Plugin) Info() sdk.Info {
 		Name:     "decide",
 		Source:   script,
 		Commands: append([]string(nil), commands...),
-	}}}
+	}},
+		// A denial changes nothing and holds until its retry-after; n hits
+		// at once decide as n single hits at that instant; hits < 0 refunds.
+		Traits: sdk.Traits{FirmDenials: true, Leasable: true, Refunds: true},
+	}
 }
 
 // Configure implements sdk.Algorithm. rate and burst are required; per

@@ -88,10 +88,14 @@ func (x *InitRequest) GetAbiVersion() uint32 {
 // Info is the answer to ruled_init: what the plugin is and every script it
 // may run.
 type Info struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	Scripts       []*Script              `protobuf:"bytes,3,rep,name=scripts,proto3" json:"scripts,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Scripts []*Script              `protobuf:"bytes,3,rep,name=scripts,proto3" json:"scripts,omitempty"`
+	// traits declares what the engine may assume about the plugin's
+	// decisions; absent, it assumes nothing (an ABI v1 addition: older
+	// modules declare nothing).
+	Traits        *Traits `protobuf:"bytes,4,opt,name=traits,proto3" json:"traits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -147,6 +151,79 @@ func (x *Info) GetScripts() []*Script {
 	return nil
 }
 
+func (x *Info) GetTraits() *Traits {
+	if x != nil {
+		return x.Traits
+	}
+	return nil
+}
+
+// Traits are a plugin's promises about its decisions, each allowing one of
+// the engine's shortcuts (sdk.Traits documents each).
+type Traits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// firm_denials: a denial of n hits holds for n or more hits until its
+	// retry-after, unless units are given back (the deny cache may keep it).
+	FirmDenials bool `protobuf:"varint,1,opt,name=firm_denials,json=firmDenials,proto3" json:"firm_denials,omitempty"`
+	// leasable: grants may be taken ahead in bulk and handed out in-process.
+	Leasable bool `protobuf:"varint,2,opt,name=leasable,proto3" json:"leasable,omitempty"`
+	// refunds: negative hits give units back.
+	Refunds       bool `protobuf:"varint,3,opt,name=refunds,proto3" json:"refunds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Traits) Reset() {
+	*x = Traits{}
+	mi := &file_sdk_abi_ruled_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Traits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Traits) ProtoMessage() {}
+
+func (x *Traits) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_abi_ruled_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Traits.ProtoReflect.Descriptor instead.
+func (*Traits) Descriptor() ([]byte, []int) {
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Traits) GetFirmDenials() bool {
+	if x != nil {
+		return x.FirmDenials
+	}
+	return false
+}
+
+func (x *Traits) GetLeasable() bool {
+	if x != nil {
+		return x.Leasable
+	}
+	return false
+}
+
+func (x *Traits) GetRefunds() bool {
+	if x != nil {
+		return x.Refunds
+	}
+	return false
+}
+
 // Script is one declared Lua script.
 type Script struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -160,7 +237,7 @@ type Script struct {
 
 func (x *Script) Reset() {
 	*x = Script{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[2]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +249,7 @@ func (x *Script) String() string {
 func (*Script) ProtoMessage() {}
 
 func (x *Script) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[2]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +262,7 @@ func (x *Script) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Script.ProtoReflect.Descriptor instead.
 func (*Script) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{2}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Script) GetName() string {
@@ -231,7 +308,7 @@ type Value struct {
 
 func (x *Value) Reset() {
 	*x = Value{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[3]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +320,7 @@ func (x *Value) String() string {
 func (*Value) ProtoMessage() {}
 
 func (x *Value) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[3]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +333,7 @@ func (x *Value) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Value.ProtoReflect.Descriptor instead.
 func (*Value) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{3}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Value) GetKind() isValue_Kind {
@@ -433,7 +510,7 @@ type ValueList struct {
 
 func (x *ValueList) Reset() {
 	*x = ValueList{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[4]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +522,7 @@ func (x *ValueList) String() string {
 func (*ValueList) ProtoMessage() {}
 
 func (x *ValueList) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[4]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +535,7 @@ func (x *ValueList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueList.ProtoReflect.Descriptor instead.
 func (*ValueList) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{4}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ValueList) GetValues() []*Value {
@@ -478,7 +555,7 @@ type ValueMap struct {
 
 func (x *ValueMap) Reset() {
 	*x = ValueMap{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[5]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +567,7 @@ func (x *ValueMap) String() string {
 func (*ValueMap) ProtoMessage() {}
 
 func (x *ValueMap) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[5]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +580,7 @@ func (x *ValueMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMap.ProtoReflect.Descriptor instead.
 func (*ValueMap) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{5}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ValueMap) GetFields() map[string]*Value {
@@ -526,7 +603,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[6]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +615,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[6]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +628,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{6}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConfigureRequest) GetConfigId() uint64 {
@@ -580,7 +657,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[7]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +669,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[7]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +682,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{7}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ConfigureResponse) GetErrors() []string {
@@ -631,7 +708,7 @@ type DecideRequest struct {
 
 func (x *DecideRequest) Reset() {
 	*x = DecideRequest{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[8]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +720,7 @@ func (x *DecideRequest) String() string {
 func (*DecideRequest) ProtoMessage() {}
 
 func (x *DecideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[8]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +733,7 @@ func (x *DecideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideRequest.ProtoReflect.Descriptor instead.
 func (*DecideRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{8}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DecideRequest) GetConfigId() uint64 {
@@ -718,7 +795,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[9]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +807,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[9]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +820,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{9}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -807,14 +884,17 @@ type DecideResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Decision *Decision              `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
 	// error is set when the plugin could not decide; decision is then ignored.
-	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// bad_request marks error as a refusal of the request as bad input: the
+	// client gets a 400 with error, not the rule's on_error outcome.
+	BadRequest    bool `protobuf:"varint,3,opt,name=bad_request,json=badRequest,proto3" json:"bad_request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideResponse) Reset() {
 	*x = DecideResponse{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[10]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +906,7 @@ func (x *DecideResponse) String() string {
 func (*DecideResponse) ProtoMessage() {}
 
 func (x *DecideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[10]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +919,7 @@ func (x *DecideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideResponse.ProtoReflect.Descriptor instead.
 func (*DecideResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{10}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DecideResponse) GetDecision() *Decision {
@@ -854,6 +934,13 @@ func (x *DecideResponse) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *DecideResponse) GetBadRequest() bool {
+	if x != nil {
+		return x.BadRequest
+	}
+	return false
 }
 
 // EvalRequest is what the guest passes to redis_eval: run a declared script
@@ -871,7 +958,7 @@ type EvalRequest struct {
 
 func (x *EvalRequest) Reset() {
 	*x = EvalRequest{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[11]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +970,7 @@ func (x *EvalRequest) String() string {
 func (*EvalRequest) ProtoMessage() {}
 
 func (x *EvalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[11]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +983,7 @@ func (x *EvalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalRequest.ProtoReflect.Descriptor instead.
 func (*EvalRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{11}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EvalRequest) GetScript() string {
@@ -937,7 +1024,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[12]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1036,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[12]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1049,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{12}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Reply) GetKind() isReply_Kind {
@@ -1062,7 +1149,7 @@ type ReplyArray struct {
 
 func (x *ReplyArray) Reset() {
 	*x = ReplyArray{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[13]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1161,7 @@ func (x *ReplyArray) String() string {
 func (*ReplyArray) ProtoMessage() {}
 
 func (x *ReplyArray) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[13]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1174,7 @@ func (x *ReplyArray) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyArray.ProtoReflect.Descriptor instead.
 func (*ReplyArray) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{13}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReplyArray) GetElems() []*Reply {
@@ -1110,7 +1197,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sdk_abi_ruled_proto_msgTypes[14]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1209,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_ruled_proto_msgTypes[14]
+	mi := &file_sdk_abi_ruled_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1222,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{14}
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Error) GetClass() string {
@@ -1159,11 +1246,16 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\x13sdk/abi/ruled.proto\x12\fruled.abi.v1\".\n" +
 	"\vInitRequest\x12\x1f\n" +
 	"\vabi_version\x18\x01 \x01(\rR\n" +
-	"abiVersion\"d\n" +
+	"abiVersion\"\x92\x01\n" +
 	"\x04Info\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
-	"\ascripts\x18\x03 \x03(\v2\x14.ruled.abi.v1.ScriptR\ascripts\"P\n" +
+	"\ascripts\x18\x03 \x03(\v2\x14.ruled.abi.v1.ScriptR\ascripts\x12,\n" +
+	"\x06traits\x18\x04 \x01(\v2\x14.ruled.abi.v1.TraitsR\x06traits\"a\n" +
+	"\x06Traits\x12!\n" +
+	"\ffirm_denials\x18\x01 \x01(\bR\vfirmDenials\x12\x1a\n" +
+	"\bleasable\x18\x02 \x01(\bR\bleasable\x12\x18\n" +
+	"\arefunds\x18\x03 \x01(\bR\arefunds\"P\n" +
 	"\x06Script\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1a\n" +
@@ -1220,10 +1312,12 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\twindow_us\x18\x05 \x01(\x12R\bwindowUs\x12\x19\n" +
 	"\breset_us\x18\x06 \x01(\x12R\aresetUs\x12$\n" +
 	"\x0eretry_after_us\x18\a \x01(\x12R\fretryAfterUs\x12\x19\n" +
-	"\bdelay_us\x18\b \x01(\x12R\adelayUs\"Z\n" +
+	"\bdelay_us\x18\b \x01(\x12R\adelayUs\"{\n" +
 	"\x0eDecideResponse\x122\n" +
 	"\bdecision\x18\x01 \x01(\v2\x16.ruled.abi.v1.DecisionR\bdecision\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"b\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1f\n" +
+	"\vbad_request\x18\x03 \x01(\bR\n" +
+	"badRequest\"b\n" +
 	"\vEvalRequest\x12\x16\n" +
 	"\x06script\x18\x01 \x01(\tR\x06script\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12'\n" +
@@ -1256,45 +1350,47 @@ func file_sdk_abi_ruled_proto_rawDescGZIP() []byte {
 	return file_sdk_abi_ruled_proto_rawDescData
 }
 
-var file_sdk_abi_ruled_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_sdk_abi_ruled_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_sdk_abi_ruled_proto_goTypes = []any{
 	(*InitRequest)(nil),       // 0: ruled.abi.v1.InitRequest
 	(*Info)(nil),              // 1: ruled.abi.v1.Info
-	(*Script)(nil),            // 2: ruled.abi.v1.Script
-	(*Value)(nil),             // 3: ruled.abi.v1.Value
-	(*ValueList)(nil),         // 4: ruled.abi.v1.ValueList
-	(*ValueMap)(nil),          // 5: ruled.abi.v1.ValueMap
-	(*ConfigureRequest)(nil),  // 6: ruled.abi.v1.ConfigureRequest
-	(*ConfigureResponse)(nil), // 7: ruled.abi.v1.ConfigureResponse
-	(*DecideRequest)(nil),     // 8: ruled.abi.v1.DecideRequest
-	(*Decision)(nil),          // 9: ruled.abi.v1.Decision
-	(*DecideResponse)(nil),    // 10: ruled.abi.v1.DecideResponse
-	(*EvalRequest)(nil),       // 11: ruled.abi.v1.EvalRequest
-	(*Reply)(nil),             // 12: ruled.abi.v1.Reply
-	(*ReplyArray)(nil),        // 13: ruled.abi.v1.ReplyArray
-	(*Error)(nil),             // 14: ruled.abi.v1.Error
-	nil,                       // 15: ruled.abi.v1.ValueMap.FieldsEntry
-	nil,                       // 16: ruled.abi.v1.DecideRequest.AttrsEntry
+	(*Traits)(nil),            // 2: ruled.abi.v1.Traits
+	(*Script)(nil),            // 3: ruled.abi.v1.Script
+	(*Value)(nil),             // 4: ruled.abi.v1.Value
+	(*ValueList)(nil),         // 5: ruled.abi.v1.ValueList
+	(*ValueMap)(nil),          // 6: ruled.abi.v1.ValueMap
+	(*ConfigureRequest)(nil),  // 7: ruled.abi.v1.ConfigureRequest
+	(*ConfigureResponse)(nil), // 8: ruled.abi.v1.ConfigureResponse
+	(*DecideRequest)(nil),     // 9: ruled.abi.v1.DecideRequest
+	(*Decision)(nil),          // 10: ruled.abi.v1.Decision
+	(*DecideResponse)(nil),    // 11: ruled.abi.v1.DecideResponse
+	(*EvalRequest)(nil),       // 12: ruled.abi.v1.EvalRequest
+	(*Reply)(nil),             // 13: ruled.abi.v1.Reply
+	(*ReplyArray)(nil),        // 14: ruled.abi.v1.ReplyArray
+	(*Error)(nil),             // 15: ruled.abi.v1.Error
+	nil,                       // 16: ruled.abi.v1.ValueMap.FieldsEntry
+	nil,                       // 17: ruled.abi.v1.DecideRequest.AttrsEntry
 }
 var file_sdk_abi_ruled_proto_depIdxs = []int32{
-	2,  // 0: ruled.abi.v1.Info.scripts:type_name -> ruled.abi.v1.Script
-	4,  // 1: ruled.abi.v1.Value.list_value:type_name -> ruled.abi.v1.ValueList
-	5,  // 2: ruled.abi.v1.Value.map_value:type_name -> ruled.abi.v1.ValueMap
-	3,  // 3: ruled.abi.v1.ValueList.values:type_name -> ruled.abi.v1.Value
-	15, // 4: ruled.abi.v1.ValueMap.fields:type_name -> ruled.abi.v1.ValueMap.FieldsEntry
-	5,  // 5: ruled.abi.v1.ConfigureRequest.config:type_name -> ruled.abi.v1.ValueMap
-	16, // 6: ruled.abi.v1.DecideRequest.attrs:type_name -> ruled.abi.v1.DecideRequest.AttrsEntry
-	9,  // 7: ruled.abi.v1.DecideResponse.decision:type_name -> ruled.abi.v1.Decision
-	3,  // 8: ruled.abi.v1.EvalRequest.args:type_name -> ruled.abi.v1.Value
-	13, // 9: ruled.abi.v1.Reply.array_value:type_name -> ruled.abi.v1.ReplyArray
-	14, // 10: ruled.abi.v1.Reply.error:type_name -> ruled.abi.v1.Error
-	12, // 11: ruled.abi.v1.ReplyArray.elems:type_name -> ruled.abi.v1.Reply
-	3,  // 12: ruled.abi.v1.ValueMap.FieldsEntry.value:type_name -> ruled.abi.v1.Value
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	3,  // 0: ruled.abi.v1.Info.scripts:type_name -> ruled.abi.v1.Script
+	2,  // 1: ruled.abi.v1.Info.traits:type_name -> ruled.abi.v1.Traits
+	5,  // 2: ruled.abi.v1.Value.list_value:type_name -> ruled.abi.v1.ValueList
+	6,  // 3: ruled.abi.v1.Value.map_value:type_name -> ruled.abi.v1.ValueMap
+	4,  // 4: ruled.abi.v1.ValueList.values:type_name -> ruled.abi.v1.Value
+	16, // 5: ruled.abi.v1.ValueMap.fields:type_name -> ruled.abi.v1.ValueMap.FieldsEntry
+	6,  // 6: ruled.abi.v1.ConfigureRequest.config:type_name -> ruled.abi.v1.ValueMap
+	17, // 7: ruled.abi.v1.DecideRequest.attrs:type_name -> ruled.abi.v1.DecideRequest.AttrsEntry
+	10, // 8: ruled.abi.v1.DecideResponse.decision:type_name -> ruled.abi.v1.Decision
+	4,  // 9: ruled.abi.v1.EvalRequest.args:type_name -> ruled.abi.v1.Value
+	14, // 10: ruled.abi.v1.Reply.array_value:type_name -> ruled.abi.v1.ReplyArray
+	15, // 11: ruled.abi.v1.Reply.error:type_name -> ruled.abi.v1.Error
+	13, // 12: ruled.abi.v1.ReplyArray.elems:type_name -> ruled.abi.v1.Reply
+	4,  // 13: ruled.abi.v1.ValueMap.FieldsEntry.value:type_name -> ruled.abi.v1.Value
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_sdk_abi_ruled_proto_init() }
@@ -1302,7 +1398,7 @@ func file_sdk_abi_ruled_proto_init() {
 	if File_sdk_abi_ruled_proto != nil {
 		return
 	}
-	file_sdk_abi_ruled_proto_msgTypes[3].OneofWrappers = []any{
+	file_sdk_abi_ruled_proto_msgTypes[4].OneofWrappers = []any{
 		(*Value_NullValue)(nil),
 		(*Value_IntValue)(nil),
 		(*Value_UintValue)(nil),
@@ -1314,7 +1410,7 @@ func file_sdk_abi_ruled_proto_init() {
 		(*Value_MapValue)(nil),
 		(*Value_DurationNs)(nil),
 	}
-	file_sdk_abi_ruled_proto_msgTypes[12].OneofWrappers = []any{
+	file_sdk_abi_ruled_proto_msgTypes[13].OneofWrappers = []any{
 		(*Reply_NullValue)(nil),
 		(*Reply_IntValue)(nil),
 		(*Reply_StringValue)(nil),
@@ -1327,7 +1423,7 @@ func file_sdk_abi_ruled_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_abi_ruled_proto_rawDesc), len(file_sdk_abi_ruled_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -60,7 +60,12 @@ func (Limiter) Info() sdk.Info {
 		Name:     "lease",
 		Source:   script,
 		Commands: []string{"ZREMRANGEBYSCORE", "ZCARD", "ZSCORE", "ZADD", "ZREM", "ZRANGE", "PEXPIRE"},
-	}}}
+	}},
+		// A release frees a slot at any moment, so a denial is not firm,
+		// and a slot belongs to one lease id, so grants cannot be taken
+		// ahead; hits: -1 releases.
+		Traits: sdk.Traits{Refunds: true},
+	}
 }
 
 // Configure implements sdk.Algorithm.
@@ -79,13 +84,14 @@ func (Limiter) Configure(raw map[string]any) (sdk.Config, error) {
 	return c, nil
 }
 
-// checkRequest refuses what the limiter cannot do.
+// checkRequest refuses what the limiter cannot do, as bad input: the client
+// gets a 400, not the rule's on_error outcome.
 func checkRequest(r *sdk.Request) error {
 	if r.Hits < -1 || r.Hits > 1 {
-		return fmt.Errorf("concurrency: hits must be 1 (acquire), -1 (release) or 0 (peek), got %d", r.Hits)
+		return sdk.BadRequest("concurrency: hits must be 1 (acquire), -1 (release) or 0 (peek), got %d", r.Hits)
 	}
 	if r.Hits != 0 && r.DedupID == "" {
-		return fmt.Errorf("concurrency: dedup_id must name the lease to acquire or release")
+		return sdk.BadRequest("concurrency: dedup_id must name the lease to acquire or release")
 	}
 	return nil
 }
