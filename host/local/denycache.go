@@ -16,8 +16,9 @@ const DefaultDenyCacheSize = 100_000
 
 // DenyCache remembers, per rule and subject, a denial and until when it
 // holds, so that later requests are denied in-process without a Redis call.
-// Only requests for at least as many hits as the cached denial are denied
-// from it; peeks and refunds always go to Redis. It is safe for concurrent
+// Only requests for as many hits as the cached denial are denied from it
+// (a larger request would wait longer than its retry-after says); peeks and
+// refunds always go to Redis. It is safe for concurrent
 // use.
 type DenyCache struct {
 	seed     maphash.Seed
@@ -70,7 +71,8 @@ type Key struct{ Rule, Subject string }
 func (k Key) Hash(seed maphash.Seed) uint64 { return maphash.Comparable(seed, k) }
 
 // Get returns the cached denial for key if it still holds for a request of
-// hits, with its times moved to now.
+// hits (as many as the denied request asked for), with its times moved to
+// now.
 func (c *DenyCache) Get(key Key, hits int64) (sdk.Decision, bool) {
 	if hits <= 0 || c.entries.Load() == 0 {
 		return sdk.Decision{}, false
@@ -79,7 +81,7 @@ func (c *DenyCache) Get(key Key, hits int64) (sdk.Decision, bool) {
 	s.mu.Lock()
 	e, ok := s.m[key]
 	s.mu.Unlock()
-	if !ok || hits < e.hits {
+	if !ok || hits != e.hits {
 		return sdk.Decision{}, false
 	}
 	left := e.until.Sub(c.now())
