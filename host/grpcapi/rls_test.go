@@ -6,7 +6,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/ruled-dev/ruled/host/grpcapi"
 	"github.com/ruled-dev/ruled/internal/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/sdk"
 )
 
 const testRules = `rules:
@@ -315,5 +318,38 @@ func TestOneBoundPerRequest(t *testing.T) {
 	}
 	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("overall %v, want OK (on_error: allow)", resp.OverallCode)
+	}
+}
+
+// refusingChecker grants every check except those of user "bad", which it
+// refuses as bad input, and records the hits it was asked for.
+type refusingChecker struct {
+	mu   sync.Mutex
+	hits []int64
+}
+
+func (c *refusingChecker) Check(_ context.Context, req *host.CheckRequest) host.Result {
+	c.mu.Lock()
+	c.hits = append(c.hits, req.Hits)
+	c.mu.Unlock()
+	if req.Attrs["user"] == "bad" {
+		return host.Result{BadRequest: sdk.BadRequest("no lease id")}
+	}
+	return host.Result{Allowed: true, Results: []host.RuleResult{{Rule: "r", Decision: sdk.Decision{Allowed: true, Granted: req.Hits, Limit: 5}}}}
+}
+
+// TestBadInputIsInvalidArgument: a descriptor a plugin refuses as bad input
+// fails the call with InvalidArgument, after the descriptors before it were
+// refunded.
+func TestBadInputIsInvalidArgument(t *testing.T) {
+	c := &refusingChecker{}
+	svc := grpcapi.NewRateLimitService(c, nil)
+	_, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*rlcommonv3.RateLimitDescriptor{descriptor("user", "good"), descriptor("user", "bad")}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "no lease id") {
+		t.Fatalf("err %v, want InvalidArgument naming the problem", err)
+	}
+	if want := []int64{1, 1, -1}; !slices.Equal(c.hits, want) {
+		t.Fatalf("hits asked %v, want %v (the good descriptor refunded)", c.hits, want)
 	}
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,9 +110,19 @@ func conform(t *testing.T, p sdk.Algorithm) {
 		env.Clock.Advance(s.Advance)
 		dn, errN := native.Decide(context.Background(), nr.Host("native", s.Req.Subject), nc, s.Req)
 		dp, errP := p.Decide(context.Background(), pr.Host("process", s.Req.Subject), pc, s.Req)
-		if dn != dp || (errN == nil) != (errP == nil) {
+		if dn != dp || (errN == nil) != (errP == nil) || sdk.IsBadRequest(errN) != sdk.IsBadRequest(errP) {
 			t.Fatalf("step %d (%v):\nnative %+v %v\nplugin %+v %v", i, s, dn, errN, dp, errP)
 		}
+	}
+	// What crosses the boundary besides decisions: the declared traits, and
+	// a refusal of the request as bad input (400 to the client, not on_error).
+	if got, want := p.Info().Traits, native.Info().Traits; got != want {
+		t.Fatalf("traits %+v, want %+v", got, want)
+	}
+	_, err := p.Decide(context.Background(), pr.Host("process", "s"), pc, sdk.Request{Subject: "s", Hits: 1})
+	var bad *sdk.BadRequestError
+	if !errors.As(err, &bad) || !strings.Contains(bad.Message, "dedup_id must name the lease") {
+		t.Fatalf("acquire without a lease id: %v, want a BadRequestError", err)
 	}
 }
 
