@@ -78,7 +78,7 @@ func TestBadInputFromAPluginIs400(t *testing.T) {
 	code, body = post("/v1/check/batch", `{"checks": [{"request": {"user": "u"}}, {"request": {"user": "u"}, "dedup_id": "a"}]}`)
 	var batch struct {
 		Results []struct {
-			Allowed bool `json:"allowed"`
+			Allowed bool                   `json:"allowed"`
 			Error   *struct{ Code string } `json:"error"`
 		} `json:"results"`
 	}
