@@ -647,10 +647,10 @@ func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.
 		e.degrade(rr, sel, req, err)
 		return
 	}
-	if rule.DenyCache && (!denyCached || d.Allowed) {
-		// Anything else decided for the subject (a grant of fewer hits, a
-		// refund, a retry, a best effort grant) may change what a cached
-		// denial says: it holds only until then.
+	if rule.DenyCache && !denyCached {
+		// A request the cache does not answer (a refund, a retry, a best
+		// effort grant) may change what a cached denial says. (Get drops
+		// the entry for the requests it sends on.)
 		e.deny.Forget(key)
 	}
 	if e.localInUse.Load() && e.localInUse.CompareAndSwap(true, false) {

@@ -80,12 +80,16 @@ func (c *DenyCache) Get(key Key, hits int64) (sdk.Decision, bool) {
 	s := c.shard(key)
 	s.mu.Lock()
 	e, ok := s.m[key]
-	s.mu.Unlock()
-	if !ok || hits != e.hits {
-		return sdk.Decision{}, false
-	}
 	left := e.until.Sub(c.now())
-	if left <= 0 {
+	if ok && (hits != e.hits || left <= 0) {
+		// The request goes to the plugin, whose answer replaces the entry
+		// (a denial) or makes it stale (a grant): drop it now.
+		delete(s.m, key)
+		c.entries.Add(-1)
+		ok = false
+	}
+	s.mu.Unlock()
+	if !ok {
 		return sdk.Decision{}, false
 	}
 	d := e.d

@@ -12,10 +12,24 @@ func TestDenyCache(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c.now = func() time.Time { return now }
 	k := Key{Rule: "rule", Subject: "subject"}
-	c.Put(k, 3, sdk.Decision{Allowed: false, Limit: 5, RetryAfter: 2 * time.Second, Reset: 10 * time.Second})
+	denial := sdk.Decision{Allowed: false, Limit: 5, RetryAfter: 2 * time.Second, Reset: 10 * time.Second}
+	c.Put(k, 3, denial)
 	if _, ok := c.Get(k, 2); ok {
 		t.Fatal("a smaller request was denied from a denial of 3 hits")
 	}
+	if _, ok := c.Get(k, 3); ok {
+		t.Fatal("the entry outlived a request of other hits sent to the plugin")
+	}
+	c.Put(k, 3, denial)
+	if _, ok := c.Get(k, 4); ok {
+		t.Fatal("a larger request was denied with a smaller request's retry-after")
+	}
+	c.Put(k, 3, denial)
+	c.Forget(k)
+	if _, ok := c.Get(k, 3); ok {
+		t.Fatal("a forgotten denial answered")
+	}
+	c.Put(k, 3, denial)
 	if _, ok := c.Get(k, 0); ok {
 		t.Fatal("a peek was answered from the cache")
 	}
