@@ -254,11 +254,38 @@ func checkInfo(info *sdk.Info) error {
 }
 
 // sameInfo reports whether a restarted process describes itself as the
-// first one did: the scripts registered with the capability are its.
+// first one did: the scripts registered with the capability are its. The
+// scripts and each script's commands are compared as sets, in any order: a
+// plugin may well list them from a map.
 func sameInfo(a, b *sdk.Info) bool {
-	return a.Name == b.Name && a.Version == b.Version && slices.EqualFunc(a.Scripts, b.Scripts, func(x, y sdk.Script) bool {
-		return x.Name == y.Name && x.Source == y.Source && slices.Equal(x.Commands, y.Commands)
-	})
+	if a.Name != b.Name || a.Version != b.Version {
+		return false
+	}
+	as, bs := scriptSet(a.Scripts), scriptSet(b.Scripts)
+	if as == nil || bs == nil || len(as) != len(bs) {
+		return false
+	}
+	for name, x := range as {
+		y, ok := bs[name]
+		if !ok || x.Source != y.Source || !slices.Equal(x.Commands, y.Commands) {
+			return false
+		}
+	}
+	return true
+}
+
+// scriptSet indexes scripts by name, each with its commands sorted and
+// without repeats; nil when a name repeats.
+func scriptSet(scripts []sdk.Script) map[string]sdk.Script {
+	set := make(map[string]sdk.Script, len(scripts))
+	for _, s := range scripts {
+		if _, dup := set[s.Name]; dup {
+			return nil
+		}
+		s.Commands = slices.Compact(slices.Sorted(slices.Values(s.Commands)))
+		set[s.Name] = s
+	}
+	return set
 }
 
 // Info implements sdk.Algorithm with what the process answered to Init.
