@@ -154,7 +154,7 @@ func (c *compiler) rule(rr *rawRule) *Rule {
 		} else {
 			cfg, err := configure(r.alg, cloneMap(raw))
 			if err != nil {
-				c.configErrors(rr, err)
+				c.configErrors(rr, r.alg, err)
 				ok = false
 			}
 			r.config = cfg
@@ -415,9 +415,13 @@ var configKey = regexp.MustCompile(`^([A-Za-z0-9_\-]+(?:\[\d+\])*(?:\.[A-Za-z0-9
 
 // configErrors reports the errors of a plugin's Configure, one Error each,
 // positioned at the config key a message names ("window: ...") when there
-// is one, else at the config mapping.
-func (c *compiler) configErrors(rr *rawRule, err error) {
+// is one, else at the config mapping. A message may begin with the plugin's
+// name ("leaky: per: ...", as an error wrapped with the name reads); the
+// name is dropped, so that the key behind it positions the error.
+func (c *compiler) configErrors(rr *rawRule, alg sdk.Algorithm, err error) {
+	names := []string{rr.plugin, alg.Info().Name}
 	for _, msg := range leafMessages(err) {
+		msg = withoutPluginName(msg, names)
 		pos := rr.file.pos(rr.config)
 		if rr.config == nil {
 			pos = rr.file.pos(rr.node)
@@ -433,6 +437,18 @@ func (c *compiler) configErrors(rr *rawRule, err error) {
 		}
 		c.errorf(pos, rr.name, CodeBadConfig, "config: %s", msg)
 	}
+}
+
+// withoutPluginName returns msg without a leading "<name>: " of one of
+// names when what follows names a config key; else msg itself (a plugin
+// whose key is called as the plugin says "limit: must be ...").
+func withoutPluginName(msg string, names []string) string {
+	for _, name := range names {
+		if rest, ok := strings.CutPrefix(msg, name+": "); ok && name != "" && configKey.MatchString(rest) {
+			return rest
+		}
+	}
+	return msg
 }
 
 // leafMessages flattens errors.Join trees (as sdk.ConfigReader returns)

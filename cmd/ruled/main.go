@@ -1,7 +1,7 @@
 // Command ruled is the rate-limit policy daemon and its tools.
 //
 //	ruled serve   --rules PATH [--listen 127.0.0.1:8080] [--redis URL] ...
-//	ruled check   PATH
+//	ruled check   [--start-plugins] PATH
 //	ruled eval    --rules PATH --input FILE.json
 //	ruled plugin  build DIR -o FILE.wasm | inspect FILE.wasm
 //	ruled version
@@ -26,7 +26,7 @@ const usage = `ruled decides whether a request may go ahead, for many machines a
 
 Usage:
   ruled serve --rules PATH [flags]   run the daemon (ruled serve -h lists the flags)
-  ruled check PATH                   validate rule files; exit 1 on error
+  ruled check [--start-plugins] PATH validate rule files; exit 1 on error (ruled check -h)
   ruled eval --rules PATH --input F  trace which rules match a /v1/check body (no Redis)
   ruled plugin build DIR -o F.wasm   build a Go plugin package as a Wasm module
   ruled plugin inspect F.wasm        print a module's name, version, scripts, commands and sha256

@@ -363,8 +363,9 @@ func TestServeWasmPlugin(t *testing.T) {
 
 // TestPluginLoadErrorsArePositioned: a module whose digest is not the pinned
 // one does not load, and neither check nor serve accepts the rules, with the
-// declaration's position; with the right pin, check loads the module and
-// has it validate the rules' configs.
+// declaration's position; with the right pin, check compiles the module and
+// notes that the configs are not validated, and check --start-plugins loads
+// it and has it validate the rules' configs.
 func TestPluginLoadErrorsArePositioned(t *testing.T) {
 	dir := t.TempDir()
 	mod := filepath.Join(dir, "gcra.wasm")
@@ -394,8 +395,14 @@ func TestPluginLoadErrorsArePositioned(t *testing.T) {
 	// config, at its position (compiling a module takes seconds, so this is
 	// the only check that loads one).
 	bad := strings.Replace(gcraRules(t, fileSHA256(t, mod)), "{rate: 1, per: 10s, burst: 2}", "{rate: 1, per: 10s, burst: -2}", 1)
-	var stderr bytes.Buffer
-	if code := run(ctx, []string{"check", writeFile(t, dir, "bad.yaml", bad)}, io.Discard, &stderr); code != 1 ||
+	badPath := writeFile(t, dir, "bad.yaml", bad)
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, []string{"check", badPath}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stdout.String(), `bad.yaml:11:3: note: plugin "gcra" was not started`) {
+		t.Errorf("check without --start-plugins: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	stderr.Reset()
+	if code := run(ctx, []string{"check", "--start-plugins", badPath}, io.Discard, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), `bad.yaml:22:40: rule "per-user": config: burst: must be at least 0, got -2`) ||
 		!strings.Contains(stderr.String(), "1 error(s)") {
 		t.Errorf("check, bad config: exit %d\n%s", code, stderr.String())

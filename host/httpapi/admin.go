@@ -24,13 +24,24 @@ type Admin interface {
 	Reset(ctx context.Context, rule, subject string) (int64, error)
 }
 
+// bearerToken returns the token of an Authorization header of the Bearer
+// scheme. The scheme is case-insensitive (RFC 9110 section 11.1, RFC 6750
+// section 2.1): "bearer", "Bearer" and "BEARER" all name it.
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
+}
+
 // mountAdmin adds the admin endpoints, each behind the bearer token. With
 // no token only the read-only ones are mounted, for loopback requests only
 // (Options.LoopbackStatus).
 func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) any) {
 	guard := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			got, ok := bearerToken(r.Header.Get("Authorization"))
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="ruled admin"`)
 				writeError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "admin endpoints need Authorization: Bearer <admin token>"})

@@ -157,6 +157,37 @@ func TestForwardAuthIgnoresHeadersFromUntrustedPeers(t *testing.T) {
 	}
 }
 
+// TestAdminBearerSchemeIsCaseInsensitive: the auth scheme is
+// case-insensitive (RFC 9110 section 11.1, RFC 6750 section 2.1); the token
+// is not.
+func TestAdminBearerSchemeIsCaseInsensitive(t *testing.T) {
+	f := newFixture(t, "s3cret")
+	for _, c := range []struct {
+		header string
+		want   int
+	}{
+		{"Bearer s3cret", http.StatusOK},
+		{"bearer s3cret", http.StatusOK},
+		{"BEARER s3cret", http.StatusOK},
+		{"bEaReR s3cret", http.StatusOK},
+		{"Bearer  s3cret", http.StatusOK}, // 1*SP
+		{"bearer S3CRET", http.StatusUnauthorized},
+		{"Bearers3cret", http.StatusUnauthorized},
+		{"Bearer", http.StatusUnauthorized},
+		{"Basic s3cret", http.StatusUnauthorized},
+		{"Bearerx s3cret", http.StatusUnauthorized},
+	} {
+		resp, body := f.do(t, "GET", "/v1/admin/rules", "", "", map[string]string{"Authorization": c.header})
+		if resp.StatusCode != c.want {
+			t.Errorf("Authorization: %q: %d, want %d: %s", c.header, resp.StatusCode, c.want, body)
+		}
+	}
+	resp, body := f.do(t, "POST", "/v1/admin/reload", "", "", map[string]string{"Authorization": "bearer s3cret"})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("reload with a lower-case scheme: %d %s", resp.StatusCode, body)
+	}
+}
+
 func TestAdminNeedsTheToken(t *testing.T) {
 	f := newFixture(t, "s3cret")
 	for _, c := range []struct{ method, path string }{

@@ -172,26 +172,15 @@ var _ sdk.Algorithm = (*Plugin)(nil)
 // process that did not start or answer in time.
 func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	opts.fill()
-	abs, err := filepath.Abs(path)
+	abs, checksum, err := checkFile(path, opts.SHA256)
 	if err != nil {
-		return nil, fmt.Errorf("process: %w", err)
-	}
-	st, err := os.Stat(abs)
-	if err != nil {
-		return nil, fmt.Errorf("process: %w", err)
-	}
-	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
-		return nil, fmt.Errorf("process: %s: not an executable file", path)
+		return nil, err
 	}
 	p := &Plugin{path: abs, opts: opts, logs: &logSink{log: opts.Logger.With("process", abs)},
 		configs: map[uint64]*abipb.ConfigureRequest{}, calls: callTable{m: map[uint64]*call{}},
-		wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
+		checksum: checksum}
 	p.hostSvc = &hostService{p: p}
-	if opts.SHA256 != "" {
-		if p.checksum, err = checkDigest(abs, opts.SHA256); err != nil {
-			return nil, fmt.Errorf("process: %s: %w", path, err)
-		}
-	}
 	in, err := p.start(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("process: %s: %w", path, err)
@@ -205,6 +194,36 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	p.inst.Store(in)
 	go p.supervise()
 	return p, nil
+}
+
+// Check checks the executable at path as Load does before it starts it,
+// and starts nothing: the file exists, is a regular executable file and,
+// when pin is set, has that SHA-256 digest (hex). It cannot tell whether
+// the file is a ruled plugin: only running it can.
+func Check(path, pin string) error {
+	_, _, err := checkFile(path, pin)
+	return err
+}
+
+// checkFile does Check's checks and returns the absolute path and the
+// pinned digest (nil without a pin).
+func checkFile(path, pin string) (abs string, checksum []byte, err error) {
+	if abs, err = filepath.Abs(path); err != nil {
+		return "", nil, fmt.Errorf("process: %w", err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", nil, fmt.Errorf("process: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return "", nil, fmt.Errorf("process: %s: not an executable file", path)
+	}
+	if pin != "" {
+		if checksum, err = checkDigest(abs, pin); err != nil {
+			return "", nil, fmt.Errorf("process: %s: %w", path, err)
+		}
+	}
+	return abs, checksum, nil
 }
 
 // checkDigest compares the file's SHA-256 with want (hex) and returns the
@@ -254,11 +273,38 @@ func checkInfo(info *sdk.Info) error {
 }
 
 // sameInfo reports whether a restarted process describes itself as the
-// first one did: the scripts registered with the capability are its.
+// first one did: the scripts registered with the capability are its. The
+// scripts and each script's commands are compared as sets, in any order: a
+// plugin may well list them from a map.
 func sameInfo(a, b *sdk.Info) bool {
-	return a.Name == b.Name && a.Version == b.Version && slices.EqualFunc(a.Scripts, b.Scripts, func(x, y sdk.Script) bool {
-		return x.Name == y.Name && x.Source == y.Source && slices.Equal(x.Commands, y.Commands)
-	})
+	if a.Name != b.Name || a.Version != b.Version {
+		return false
+	}
+	as, bs := scriptSet(a.Scripts), scriptSet(b.Scripts)
+	if as == nil || bs == nil || len(as) != len(bs) {
+		return false
+	}
+	for name, x := range as {
+		y, ok := bs[name]
+		if !ok || x.Source != y.Source || !slices.Equal(x.Commands, y.Commands) {
+			return false
+		}
+	}
+	return true
+}
+
+// scriptSet indexes scripts by name, each with its commands sorted and
+// without repeats; nil when a name repeats.
+func scriptSet(scripts []sdk.Script) map[string]sdk.Script {
+	set := make(map[string]sdk.Script, len(scripts))
+	for _, s := range scripts {
+		if _, dup := set[s.Name]; dup {
+			return nil
+		}
+		s.Commands = slices.Compact(slices.Sorted(slices.Values(s.Commands)))
+		set[s.Name] = s
+	}
+	return set
 }
 
 // Info implements sdk.Algorithm with what the process answered to Init.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -311,6 +312,34 @@ func TestInspect(t *testing.T) {
 	}
 	if _, err := wasm.Inspect(context.Background(), module(t, "testdata/noabi")); err == nil {
 		t.Fatal("inspected a module without the ABI marker")
+	}
+}
+
+// TestCheck: Check refuses what Load refuses before any instance exists
+// (ruled check without --start-plugins relies on it) and accepts a plugin.
+func TestCheck(t *testing.T) {
+	read := func(pkg string) []byte {
+		b, err := os.ReadFile(module(t, pkg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ctx := context.Background()
+	if err := wasm.Check(ctx, "hostile.wasm", read(hostilePkg)); err != nil {
+		t.Fatalf("a plugin: %v", err)
+	}
+	for _, tc := range []struct{ name, want string }{
+		{"testdata/noabi", "this ruled speaks only ruled_abi_v1"},
+		{"testdata/badimport", "env.sneaky (not provided by ruled)"},
+	} {
+		if err := wasm.Check(ctx, "x.wasm", read(tc.name)); err == nil || !strings.Contains(err.Error(), tc.want) ||
+			!strings.Contains(err.Error(), "x.wasm") {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	if err := wasm.Check(ctx, "x.wasm", []byte("not a module")); err == nil {
+		t.Error("checked bytes that are not a module")
 	}
 }
 

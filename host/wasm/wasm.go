@@ -201,36 +201,7 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 		}
 	}()
 
-	wasi, err := wasi_snapshot_preview1.NewBuilder(p.rt).Compile(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("WASI: %w", err)
-	}
-	if _, err = p.rt.InstantiateModule(ctx, wasi, wazero.NewModuleConfig()); err != nil {
-		return nil, fmt.Errorf("WASI: %w", err)
-	}
-	ruled, err := hostModule(p.rt).Compile(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("host functions: %w", err)
-	}
-	if _, err = p.rt.InstantiateModule(ctx, ruled, wazero.NewModuleConfig()); err != nil {
-		return nil, fmt.Errorf("host functions: %w", err)
-	}
-	var metered wazero.CompiledModule
-	if opts.interrupt == interruptMetered {
-		if bin, err = meter.Instrument(bin); err != nil {
-			return nil, fmt.Errorf("instrumenting for time-outs: %w", err)
-		}
-		if metered, err = meterModule(p.rt).Compile(ctx); err != nil {
-			return nil, fmt.Errorf("host functions: %w", err)
-		}
-		if _, err = p.rt.InstantiateModule(ctx, metered, wazero.NewModuleConfig()); err != nil {
-			return nil, fmt.Errorf("host functions: %w", err)
-		}
-	}
-	if p.code, err = p.rt.CompileModule(ctx, bin); err != nil {
-		return nil, fmt.Errorf("compiling: %w", err)
-	}
-	if err = checkModule(p.code, wasi, ruled, metered); err != nil {
+	if p.code, err = compile(ctx, p.rt, bin, opts.interrupt); err != nil {
 		return nil, err
 	}
 
@@ -259,6 +230,60 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 		p.pool.add(in)
 	}
 	return p, nil
+}
+
+// Check compiles the module in bin, with wazero's interpreter, and checks
+// it as Load does before any instance exists (docs/abi.md: a ruled ABI v1
+// plugin that imports nothing ruled does not provide), without creating an
+// instance: no guest code runs, so the module's Info and its configs are not
+// checked. name stands for its path in errors.
+func Check(ctx context.Context, name string, bin []byte) error {
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer func() { _ = rt.Close(ctx) }()
+	if _, err := compile(ctx, rt, bin, interruptMetered); err != nil {
+		return fmt.Errorf("wasm: %s: %w", name, err)
+	}
+	return nil
+}
+
+// compile instantiates the host modules a plugin may import in rt (WASI,
+// ruled's and, with interruptMetered, the meter's), compiles the module in
+// bin (instrumented for the meter) and checks its imports and exports.
+func compile(ctx context.Context, rt wazero.Runtime, bin []byte, how interrupt) (wazero.CompiledModule, error) {
+	wasi, err := wasi_snapshot_preview1.NewBuilder(rt).Compile(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("WASI: %w", err)
+	}
+	if _, err = rt.InstantiateModule(ctx, wasi, wazero.NewModuleConfig()); err != nil {
+		return nil, fmt.Errorf("WASI: %w", err)
+	}
+	ruled, err := hostModule(rt).Compile(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("host functions: %w", err)
+	}
+	if _, err = rt.InstantiateModule(ctx, ruled, wazero.NewModuleConfig()); err != nil {
+		return nil, fmt.Errorf("host functions: %w", err)
+	}
+	var metered wazero.CompiledModule
+	if how == interruptMetered {
+		if bin, err = meter.Instrument(bin); err != nil {
+			return nil, fmt.Errorf("instrumenting for time-outs: %w", err)
+		}
+		if metered, err = meterModule(rt).Compile(ctx); err != nil {
+			return nil, fmt.Errorf("host functions: %w", err)
+		}
+		if _, err = rt.InstantiateModule(ctx, metered, wazero.NewModuleConfig()); err != nil {
+			return nil, fmt.Errorf("host functions: %w", err)
+		}
+	}
+	code, err := rt.CompileModule(ctx, bin)
+	if err != nil {
+		return nil, fmt.Errorf("compiling: %w", err)
+	}
+	if err = checkModule(code, wasi, ruled, metered); err != nil {
+		return nil, err
+	}
+	return code, nil
 }
 
 // checkInfo validates what a guest says about itself.
