@@ -87,6 +87,22 @@ type Traits struct {
 	Refunds bool
 }
 
+// Names returns the declared traits by their ABI names (firm_denials,
+// leasable, refunds), for display.
+func (t Traits) Names() []string {
+	names := []string{}
+	if t.FirmDenials {
+		names = append(names, "firm_denials")
+	}
+	if t.Leasable {
+		names = append(names, "leasable")
+	}
+	if t.Refunds {
+		names = append(names, "refunds")
+	}
+	return names
+}
+
 // Script is a Lua script a plugin declares.
 //
 // The host prepends a short prelude to Source that defines

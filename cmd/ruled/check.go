@@ -42,7 +42,7 @@ Validates rule files and lists every error with its position; exit 1 on error.
 Third-party plugins the files declare are checked without running them: the file exists,
 a process plugin's is an executable file, the sha256 pin matches, a Wasm module compiles
 and imports only what ruled provides. Their rules are checked too, except their config,
-which only the plugin can validate: a note says so.
+and whether the plugin can take a lease, which only the plugin can say: a note says so.
 
   --start-plugins   start the plugins as serve does (process plugins' executables run,
                     Wasm modules are instantiated) and have them validate their rules'
@@ -109,7 +109,7 @@ func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []string
 					return err
 				}
 				cat[d.Name] = unstarted{name: d.Name}
-				notes = append(notes, fmt.Sprintf("%s: note: plugin %q was not started: the config of its rules is not validated (ruled check --start-plugins runs it to validate it)",
+				notes = append(notes, fmt.Sprintf("%s: note: plugin %q was not started: the config and lease of its rules are not validated (ruled check --start-plugins runs it to validate it)",
 					d.Pos, d.Name))
 				return nil
 			}
@@ -151,10 +151,13 @@ func checkPlugin(ctx context.Context, d rules.PluginDecl) error {
 }
 
 // unstarted stands for a declared plugin that ruled check did not start:
-// it accepts every config, so that the rest of its rules is checked.
+// it accepts every config and declares every trait (only the plugin can say
+// which it has), so that the rest of its rules is checked.
 type unstarted struct{ name string }
 
-func (u unstarted) Info() sdk.Info { return sdk.Info{Name: u.name} }
+func (u unstarted) Info() sdk.Info {
+	return sdk.Info{Name: u.name, Traits: sdk.Traits{FirmDenials: true, Leasable: true, Refunds: true}}
+}
 
 func (unstarted) Configure(raw map[string]any) (sdk.Config, error) { return raw, nil }
 

@@ -101,7 +101,11 @@ func pluginInspect(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "ruled plugin inspect: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "file     %s\nsha256   %s\nname     %s\nversion  %s\nscripts\n", path, sum, info.Name, info.Version)
+	traits := strings.Join(info.Traits.Names(), " ")
+	if traits == "" {
+		traits = "none (the engine takes no shortcut: docs/rules.md, \"Shortcuts\")"
+	}
+	fmt.Fprintf(stdout, "file     %s\nsha256   %s\nname     %s\nversion  %s\ntraits   %s\nscripts\n", path, sum, info.Name, info.Version, traits)
 	for _, s := range info.Scripts {
 		fmt.Fprintf(stdout, "  %s: %s\n", s.Name, strings.Join(s.Commands, " "))
 	}

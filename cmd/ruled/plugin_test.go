@@ -50,6 +50,7 @@ func TestPluginBuildAndInspect(t *testing.T) {
 		"sha256   " + sum + "\n",
 		"name     gcra\n",
 		"version  1.0.0\n",
+		"traits   firm_denials leasable refunds\n",
 		"  decide: HMGET HSET PEXPIRE DEL\n",
 		`gcra: {wasm: gcra.wasm, sha256: "` + sum + `"}`,
 	} {

@@ -130,6 +130,8 @@ type pluginAnswer struct {
 	Version  string   `json:"version"`
 	Scripts  []string `json:"scripts"`
 	Commands []string `json:"commands"`
+	// Traits are the shortcuts the plugin allows (docs/rules.md, "Shortcuts").
+	Traits []string `json:"traits"`
 	// Status is "ok" or why the plugin cannot decide.
 	Status string `json:"status"`
 }
@@ -143,7 +145,7 @@ func pluginsAnswer(infos []sdk.Info, statuses []host.PluginStatus) []pluginAnswe
 	}
 	out := make([]pluginAnswer, len(infos))
 	for i, in := range infos {
-		pa := pluginAnswer{Name: in.Name, Version: in.Version, Scripts: []string{}, Commands: []string{}, Status: "ok"}
+		pa := pluginAnswer{Name: in.Name, Version: in.Version, Scripts: []string{}, Commands: []string{}, Traits: in.Traits.Names(), Status: "ok"}
 		if st, bad := status[in.Name]; bad {
 			pa.Status = st
 		}

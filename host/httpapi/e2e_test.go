@@ -205,7 +205,8 @@ func TestAdminNeedsTheToken(t *testing.T) {
 		t.Fatalf("rules: %d %s", resp.StatusCode, body)
 	}
 	resp, body = f.do(t, "GET", "/v1/admin/plugins", "s3cret", "", nil)
-	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"name":"fixedwindow"`) {
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"name":"fixedwindow"`) ||
+		!strings.Contains(body, `"traits":["firm_denials","leasable","refunds"]`) || !strings.Contains(body, `"traits":["refunds"]`) {
 		t.Fatalf("plugins: %d %s", resp.StatusCode, body)
 	}
 }
