@@ -39,3 +39,42 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCheckDenied is a decision the deny cache answers: every subject
+// has used its one permit, so each check is a cached denial, without Redis.
+func BenchmarkCheckDenied(b *testing.B) {
+	srv := redistest.Start(b)
+	e := newEngineTB(b, srv, `rules:
+  - name: denied
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1, window: 1h}
+`)
+	ips := make([]string, 64)
+	for i := range ips {
+		ips[i] = fmt.Sprintf("10.2.0.%d", i)
+		for range 2 { // the permit, then the denial the cache keeps
+			e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: ips[i]}, Hits: 1})
+		}
+	}
+	before := e.DenyCacheHits()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		var req host.CheckRequest
+		var res host.Result
+		for pb.Next() {
+			req = host.CheckRequest{Request: host.Request{IP: ips[i%len(ips)]}, Hits: 1}
+			if e.CheckInto(context.Background(), &req, &res); res.Allowed {
+				b.Errorf("allowed: %+v", res)
+				return
+			}
+			i++
+		}
+	})
+	b.StopTimer()
+	if hits := e.DenyCacheHits() - before; hits < int64(b.N) {
+		b.Fatalf("%d of %d denials from the cache", hits, b.N)
+	}
+}
