@@ -25,6 +25,9 @@ func TestInfo(t *testing.T) {
 	if got.Name != "fixedwindow-as" || got.Version != "1.0.0" {
 		t.Errorf("name %q version %q, want fixedwindow-as 1.0.0", got.Name, got.Version)
 	}
+	if got.Traits != native.Traits {
+		t.Errorf("traits %+v, want plugins/fixedwindow's %+v", got.Traits, native.Traits)
+	}
 	if !reflect.DeepEqual(got.Scripts, native.Scripts) {
 		t.Errorf("scripts differ from plugins/fixedwindow's:\n as     %+v\n native %+v", got.Scripts, native.Scripts)
 	}

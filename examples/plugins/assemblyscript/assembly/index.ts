@@ -117,6 +117,13 @@ export function ruled_init(ptr: usize, len: usize): u64 {
   stringField(out, 0x12, SCRIPT_SOURCE);
   for (let i = 0; i < SCRIPT_COMMANDS.length; i++) stringField(out, 0x1a, SCRIPT_COMMANDS[i]);
   out.endNested(script);
+  // Traits (field 4), as plugins/fixedwindow declares them: firm denials,
+  // leasable grants, refunds (docs/rules.md, "Shortcuts").
+  const traits = out.beginNested(0x22);
+  out.byte(0x08); out.byte(1);
+  out.byte(0x10); out.byte(1);
+  out.byte(0x18); out.byte(1);
+  out.endNested(traits);
   return answer();
 }
 

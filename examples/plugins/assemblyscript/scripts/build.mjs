@@ -38,7 +38,7 @@ if (!/\/\/go:embed script\.lua\s+var script string/.test(pluginGo)) {
   fail(`${goPlugin}/plugin.go no longer embeds script.lua as \`script\`: update scripts/build.mjs`);
 }
 // The one sdk.Script literal: Scripts: []sdk.Script{{ Name: "...", Source: script, Commands: []string{...} }}
-const lit = /Scripts:\s*\[\]sdk\.Script\{\{([\s\S]*?)\}\}\}/.exec(pluginGo);
+const lit = /Scripts:\s*\[\]sdk\.Script\{\{([\s\S]*?)\}\}\s*[,}]/.exec(pluginGo);
 const name = lit && /Name:\s*"([^"]+)"/.exec(lit[1]);
 const usesScript = lit && /Source:\s*script\s*,/.test(lit[1]);
 const cmds = lit && /Commands:\s*\[\]string\{([^}]*)\}/.exec(lit[1]);
