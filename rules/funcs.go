@@ -12,11 +12,14 @@ import (
 )
 
 // env is the typed expression environment. One is pooled per evaluating
-// goroutine (see evalState); Header is bound to it once.
+// goroutine (see evalState); Header and Tick are bound to it once.
 type env struct {
 	Request *Request            `expr:"request"`
 	Attrs   map[string]string   `expr:"attrs"`
 	Header  func(string) string `expr:"header"`
+	// Tick is the budget check that meterLoops puts in front of every
+	// loop body. Its name cannot be written in an expression.
+	Tick func() bool `expr:"ruled:tick"`
 }
 
 // maxPrefixes bounds the cache of parsed CIDRs that cidr() keeps per Set.
@@ -38,6 +41,7 @@ func (fs *funcs) options() []expr.Option {
 		expr.Function("cidr", fs.cidrFunc, new(func(ip, cidr string) bool)),
 		expr.Function("glob", globFunc, new(func(path, pattern string) bool)),
 		expr.Patch(lowerHeaderNames{}),
+		expr.Patch(meterLoops{}),
 		// Decisions depend on the request only; time comes from Redis.
 		expr.DisableBuiltin("now"),
 	}
@@ -180,6 +184,45 @@ func (lowerHeaderNames) Visit(node *ast.Node) {
 	if s, ok := call.Arguments[0].(*ast.StringNode); ok {
 		s.Value = strings.ToLower(s.Value)
 	}
+}
+
+// tickName is the name of env.Tick in expressions.
+const tickName = "ruled:tick"
+
+// meterLoops makes every iteration of a loop (each evaluation of the
+// predicate of all, any, none, one, filter, map, count, sum, find...,
+// groupBy, sortBy, reduce) call env.Tick before the predicate's body: the
+// body becomes the sequence `tick(); body`, whose type is the body's, so
+// that type checking is unchanged. The expression VM has no CPU bound of
+// its own (only a memory budget, which a loop that concatenates strings
+// never reaches), and loops are where an expression's cost can grow with
+// the request: everything outside them runs once per node.
+type meterLoops struct{}
+
+func (meterLoops) Visit(node *ast.Node) {
+	p, ok := (*node).(*ast.PredicateNode)
+	if !ok || p.Node == nil {
+		return
+	}
+	if seq, ok := p.Node.(*ast.SequenceNode); ok && len(seq.Nodes) == 2 && isTick(seq.Nodes[0]) {
+		return // already metered
+	}
+	tick := &ast.CallNode{Callee: &ast.IdentifierNode{Value: tickName}}
+	loc := p.Node.Location()
+	tick.SetLocation(loc)
+	tick.Callee.SetLocation(loc)
+	seq := &ast.SequenceNode{Nodes: []ast.Node{tick, p.Node}}
+	seq.SetLocation(loc)
+	p.Node = seq
+}
+
+func isTick(n ast.Node) bool {
+	c, ok := n.(*ast.CallNode)
+	if !ok {
+		return false
+	}
+	id, ok := c.Callee.(*ast.IdentifierNode)
+	return ok && id.Value == tickName
 }
 
 // checkLiterals reports constant arguments of cidr() and glob() that can

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
@@ -47,6 +48,7 @@ func (s *Set) init() {
 		st := &evalState{}
 		st.env.Request = &st.req
 		st.env.Header = st.header
+		st.env.Tick = st.tick
 		return st
 	}
 }
@@ -60,6 +62,44 @@ type evalState struct {
 	hdr  map[string]string // scratch for normalised headers
 	key  []byte            // dynamic config cache key
 	vals []any             // evaluated dynamic config values
+
+	// The evaluation budget of the rule being evaluated (see ExprBudget).
+	ticks   int       // loop iterations so far
+	started time.Time // when the first one ran
+}
+
+// ExprBudget bounds the time the expressions of one rule (its when, its
+// subject and its dynamic config values together) may take for one
+// request. It is checked in loops, the only place where an expression's
+// cost can grow with the request: the first iteration starts the clock and
+// it is read again every budgetEvery iterations. A rule that exceeds it
+// gets a Selection with Err wrapping ErrExprBudget; the other rules of the
+// request are evaluated as usual, each with its own budget.
+const ExprBudget = 20 * time.Millisecond
+
+// budgetEvery is how many loop iterations pass between two readings of
+// the clock.
+const budgetEvery = 16
+
+// ErrExprBudget is the error of a rule whose expressions exceeded
+// ExprBudget for one request.
+var ErrExprBudget = fmt.Errorf("the expression exceeded its evaluation budget (%v per rule and request)", ExprBudget)
+
+// startRule gives the next rule its own evaluation budget.
+func (st *evalState) startRule() { st.ticks = 0 }
+
+// tick is env.Tick, called before every loop iteration: it panics with
+// ErrExprBudget once the rule's budget is spent (the VM turns the panic
+// into an error at the loop's position).
+func (st *evalState) tick() bool {
+	st.ticks++
+	switch {
+	case st.ticks == 1:
+		st.started = time.Now()
+	case st.ticks%budgetEvery == 0 && time.Since(st.started) > ExprBudget:
+		panic(ErrExprBudget)
+	}
+	return true
 }
 
 func (st *evalState) header(name string) string {
@@ -131,6 +171,7 @@ func (s *Set) AppendMatch(dst []Selection, in *Input) []Selection {
 			break
 		}
 		r := s.rules[i]
+		st.startRule()
 		ok, err := r.matches(st)
 		if err != nil {
 			dst = append(dst, Selection{Rule: r, Err: err})
