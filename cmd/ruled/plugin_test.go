@@ -76,6 +76,7 @@ func TestPluginCommandErrors(t *testing.T) {
 		{[]string{"plugin", "inspect"}, 2, "want exactly one module"},
 		{[]string{"plugin", "inspect", filepath.Join(dir, "missing.wasm")}, 1, "no such file"},
 		{[]string{"plugin", "inspect", notModule}, 1, "x.wasm"},
+		{[]string{"plugin", "inspect", "/dev/zero"}, 1, "/dev/zero: not a regular file (it is a character device)"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)
