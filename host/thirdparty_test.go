@@ -260,3 +260,71 @@ func TestPluginFilesAreBounded(t *testing.T) {
 		t.Fatalf("%d plugins loaded", loads.Load())
 	}
 }
+
+// TestWatchFollowsPluginFiles: the watcher follows the plugin files the
+// rules declare, in their own directories: a module rebuilt there reloads
+// the rules (and is loaded again); one that no longer matches its pin
+// makes the reload fail, visibly, while the old rules keep deciding; once
+// the declaration moves to another directory, that one is followed and
+// the old one no longer.
+func TestWatchFollowsPluginFiles(t *testing.T) {
+	e, loads, _ := thirdPartyEngine(t)
+	rulesDir, modDir, otherDir := t.TempDir(), t.TempDir(), t.TempDir()
+	mod, path := filepath.Join(modDir, "mine.wasm"), filepath.Join(rulesDir, "rules.yaml")
+	write := func(p, content string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decl := func(file, pin string) string {
+		return `plugins:
+  mine: {wasm: ` + file + pin + `}
+rules:
+  - name: third
+    subject: request.ip
+    plugin: mine
+    config: {limit: 100, window: 1h}
+`
+	}
+	write(mod, "module v1")
+	write(path, decl(mod, ""))
+	if _, err := e.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	reloads := watcher(t, e, path)
+
+	write(mod, "module v2")
+	if err := expectReload(t, reloads, "the module rebuilt"); err != nil || loads.Load() != 2 {
+		t.Fatalf("module rebuilt: %v, %d loads, want 2", err, loads.Load())
+	}
+	write(path, decl(mod, `, sha256: "`+sha256Hex([]byte("module v2"))+`"`))
+	if err := expectReload(t, reloads, "the module pinned"); err != nil {
+		t.Fatal(err)
+	}
+	write(mod, "module v3") // rebuilt, the pin not updated
+	err := expectReload(t, reloads, "the pinned module rebuilt")
+	if err == nil || !strings.Contains(err.Error(), "rules.yaml:2:3: plugin \"mine\"") || !strings.Contains(err.Error(), "sha256 mismatch") {
+		t.Fatalf("pinned module rebuilt: %v, want the mismatch at the declaration", err)
+	}
+	if st := e.Status(); st.LastError == nil || host.LoadErrors(st.LastError)[0].Code != rules.CodePluginLoad {
+		t.Fatalf("status %+v: want the plugin-load error", st)
+	}
+	if res := check(e, "192.0.2.8"); len(res.Results) != 1 || res.Results[0].Plugin != "mine" || res.Results[0].Degraded != "" {
+		t.Fatalf("old rules not deciding: %+v", res.Results)
+	}
+
+	// The declaration moves: the new directory is followed, the old not.
+	other := filepath.Join(otherDir, "mine.wasm")
+	write(other, "module v4")
+	write(path, decl(other, ""))
+	if err := expectReload(t, reloads, "the declaration moved"); err != nil {
+		t.Fatal(err)
+	}
+	write(mod, "module v5")
+	expectNoReload(t, reloads, time.Second, "a file no longer declared")
+	write(other, "module v6")
+	if err := expectReload(t, reloads, "the module in its new directory rebuilt"); err != nil {
+		t.Fatal(err)
+	}
+}
