@@ -22,8 +22,13 @@ func TestExpressionBudget(t *testing.T) {
     subject: request.ip
     plugin: fixedwindow
     config: {limit: 1, window: 1s}
+  - name: nested
+    when: 'all(1..int(attrs["n"]), all(1..int(attrs["n"]), # > 0))'
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1, window: 1s}
   - name: loops
-    when: 'all(split(attrs["tags"], ","), # != "") && any(1..int(attrs["m"]), # == 50)'
+    when: 'all(split(attrs["tags"], ","), # != "") && any(1..int(attrs["m"]), any(1..2, # == 2) && # == 50)'
     subject: request.ip
     plugin: fixedwindow
     config: {limit: '=len(filter(1..int(attrs["m"]), # % 2 == 0))', window: 1s}
@@ -39,7 +44,7 @@ func TestExpressionBudget(t *testing.T) {
 	start := time.Now()
 	sels := s.Match(in(6000))
 	took := time.Since(start)
-	if len(sels) != 3 {
+	if len(sels) != 4 {
 		t.Fatalf("got %s", summary(sels))
 	}
 	var ee *rules.EvalError
@@ -51,26 +56,29 @@ func TestExpressionBudget(t *testing.T) {
 	if ee.Pos.Line != 3 || ee.Pos.Column != 48 {
 		t.Errorf("budget error at %s, want rules.yaml:3:48 (the loop's body)", ee.Pos)
 	}
-	if took > 500*time.Millisecond {
+	if took > 700*time.Millisecond {
 		t.Errorf("matching took %v with a %v budget", took, rules.ExprBudget)
 	}
-	for _, sel := range sels[1:] {
+	if !errors.Is(sels[1].Err, rules.ErrExprBudget) {
+		t.Errorf("nested loops (36M iterations): %v, want ErrExprBudget", sels[1].Err)
+	}
+	for _, sel := range sels[2:] {
 		if sel.Err != nil {
 			t.Errorf("rule %s: %v", sel.Rule.Name, sel.Err)
 		}
 	}
-	if got, ok := sels[1].Config.(fixedwindow.Config); !ok || got.Limit != 50 {
-		t.Errorf("loops' dynamic config %+v, want a limit of 50", sels[1].Config)
+	if got, ok := sels[2].Config.(fixedwindow.Config); !ok || got.Limit != 50 {
+		t.Errorf("loops' dynamic config %+v, want a limit of 50", sels[2].Config)
 	}
-	t.Logf("a runaway rule and two others matched in %v", took)
+	t.Logf("two runaway rules and two others matched in %v", took)
 
 	// Small inputs: the same loops, no error.
-	if sels := s.Match(in(10)); len(sels) != 3 || sels[0].Err != nil || sels[1].Err != nil || sels[2].Err != nil {
+	if sels := s.Match(in(10)); len(sels) != 4 || sels[0].Err != nil || sels[1].Err != nil || sels[2].Err != nil || sels[3].Err != nil {
 		t.Fatalf("small input: %s", summary(sels))
 	}
 	// ruled eval's trace has the same bound.
-	if tr := s.Trace(in(6000)); !errors.Is(tr[0].Err, rules.ErrExprBudget) || tr[1].Err != nil || !tr[1].Matched {
-		t.Fatalf("trace: %v / %v", tr[0].Err, tr[1].Err)
+	if tr := s.Trace(in(6000)); !errors.Is(tr[0].Err, rules.ErrExprBudget) || tr[2].Err != nil || !tr[2].Matched {
+		t.Fatalf("trace: %v / %v", tr[0].Err, tr[2].Err)
 	}
 }
 

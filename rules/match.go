@@ -48,7 +48,7 @@ func (s *Set) init() {
 		st := &evalState{}
 		st.env.Request = &st.req
 		st.env.Header = st.header
-		st.env.Tick = st.tick
+		st.env.Tick = st.env.tick
 		return st
 	}
 }
@@ -62,10 +62,6 @@ type evalState struct {
 	hdr  map[string]string // scratch for normalised headers
 	key  []byte            // dynamic config cache key
 	vals []any             // evaluated dynamic config values
-
-	// The evaluation budget of the rule being evaluated (see ExprBudget).
-	ticks   int       // loop iterations so far
-	started time.Time // when the first one ran
 }
 
 // ExprBudget bounds the time the expressions of one rule (its when, its
@@ -86,21 +82,7 @@ const budgetEvery = 16
 var ErrExprBudget = fmt.Errorf("the expression exceeded its evaluation budget (%v per rule and request)", ExprBudget)
 
 // startRule gives the next rule its own evaluation budget.
-func (st *evalState) startRule() { st.ticks = 0 }
-
-// tick is env.Tick, called before every loop iteration: it panics with
-// ErrExprBudget once the rule's budget is spent (the VM turns the panic
-// into an error at the loop's position).
-func (st *evalState) tick() bool {
-	st.ticks++
-	switch {
-	case st.ticks == 1:
-		st.started = time.Now()
-	case st.ticks%budgetEvery == 0 && time.Since(st.started) > ExprBudget:
-		panic(ErrExprBudget)
-	}
-	return true
-}
+func (st *evalState) startRule() { st.env.ticks = 0 }
 
 func (st *evalState) header(name string) string {
 	return st.req.Headers[lowerASCII(name)]
