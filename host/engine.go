@@ -16,6 +16,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/local"
+	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
 )
@@ -386,20 +387,43 @@ func LoadDeclared(decls []rules.PluginDecl, builtin func(name string) bool, load
 	return errs
 }
 
-// pluginKey identifies a plugin declaration: the same name, file and pin
-// reuse a loaded plugin across reloads.
-func pluginKey(d rules.PluginDecl) string {
-	return d.Name + "\x00" + d.Wasm + "\x00" + d.Process + "\x00" + d.SHA256
+// pluginKey identifies a loaded plugin: the same declaration (name, file,
+// pin) of a file with the same content (digest) reuses the loaded plugin
+// across reloads; a file that changed on disk is loaded again.
+func pluginKey(d rules.PluginDecl, digest string) string {
+	return d.Name + "\x00" + d.Wasm + "\x00" + d.Process + "\x00" + d.SHA256 + "\x00" + digest
 }
 
-// thirdParty returns the loaded plugin for decl, loading it if needed.
-func (e *Engine) thirdParty(decl rules.PluginDecl) (*plugin, error) {
-	key := pluginKey(decl)
-	if p, ok := e.loaded[key]; ok {
-		return p, nil
+// PluginFile returns the file a plugin declaration names and the most
+// bytes ruled reads of it (pluginfile.MaxWasm or MaxExecutable).
+func PluginFile(d rules.PluginDecl) (path string, maxSize int64) {
+	if d.Process != "" {
+		return d.Process, pluginfile.MaxExecutable
 	}
+	return d.Wasm, pluginfile.MaxWasm
+}
+
+// thirdParty returns the loaded plugin for decl, loading it if needed. The
+// file is hashed at every load (a regular file within its size cap, read
+// through a limited reader): a file that no longer matches its pin fails
+// the load here, even when the plugin loaded from it before still runs,
+// and a file whose content changed is loaded again.
+func (e *Engine) thirdParty(decl rules.PluginDecl) (*plugin, error) {
 	if e.loadPlugin == nil {
 		return nil, errors.New("this ruled cannot load third-party plugins")
+	}
+	path, maxSize := PluginFile(decl)
+	digest, err := pluginfile.Digest(path, maxSize)
+	if err != nil {
+		return nil, err
+	}
+	if decl.SHA256 != "" && digest != decl.SHA256 {
+		return nil, fmt.Errorf("%s: sha256 mismatch: the rule file pins %s but the file's digest is %s; refusing to load it",
+			path, decl.SHA256, digest)
+	}
+	key := pluginKey(decl, digest)
+	if p, ok := e.loaded[key]; ok {
+		return p, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -155,3 +155,151 @@ func TestWatchReloadsOnFileReplace(t *testing.T) {
 		t.Fatalf("an invalid change took effect: %+v", r)
 	}
 }
+
+// watcher runs e.WatchRules on path until the test ends and returns the
+// outcomes of its reloads.
+func watcher(t *testing.T, e *host.Engine, path string) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	reloads := make(chan error, 100)
+	go func() {
+		defer close(done)
+		if err := e.WatchRules(ctx, path, func(_ int, err error) { reloads <- err }); err != nil {
+			t.Errorf("WatchRules: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	time.Sleep(100 * time.Millisecond) // let the watch start
+	return reloads
+}
+
+// expectReload waits for one reload and returns its error.
+func expectReload(t *testing.T, reloads <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-reloads:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: no reload within 5s", what)
+	}
+	return nil
+}
+
+// expectNoReload fails the test if a reload happens within d.
+func expectNoReload(t *testing.T, reloads <-chan error, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-reloads:
+		t.Fatalf("%s: reloaded (err %v)", what, err)
+	case <-time.After(d):
+	}
+}
+
+// scribble appends lines to path until stop is closed, as a log file
+// written next to the rules would be: bursts of ten lines 20ms apart, with
+// 400ms pauses between them (longer than the watcher's debounce).
+func scribble(t *testing.T, path string, stop <-chan struct{}) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer f.Close()
+		for i := 0; ; i++ {
+			wait := 20 * time.Millisecond
+			if i%10 == 0 {
+				wait = 400 * time.Millisecond
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(wait):
+				fmt.Fprintf(f, "line %d\n", i)
+			}
+		}
+	}()
+	return &wg
+}
+
+// TestWatchIgnoresOtherFiles: a log file written again and again next to
+// the rule file never reloads the rules, and does not hold back the
+// reload of an actual change to them.
+func TestWatchIgnoresOtherFiles(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, ruleSet("v0"), 5*time.Second)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	replace(t, path, ruleSet("first"))
+	if _, err := e.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	loads := e.Status().Loads
+	reloads := watcher(t, e, path)
+	stop := make(chan struct{})
+	wg := scribble(t, filepath.Join(dir, "ruled.log"), stop)
+	defer func() { close(stop); wg.Wait() }()
+	expectNoReload(t, reloads, 2500*time.Millisecond, "a log file written next to the rules")
+
+	start := time.Now()
+	replace(t, path, ruleSet("second")) // the log goes on
+	if err := expectReload(t, reloads, "a rule change while the log is written"); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.RuleInfos(); r[0].Name != "second-one" {
+		t.Fatalf("rules after the change: %+v", r)
+	}
+	t.Logf("reloaded %v after the change, with the log written meanwhile", time.Since(start))
+	expectNoReload(t, reloads, 1500*time.Millisecond, "the log after the reload")
+	if st := e.Status(); st.Loads != loads+1 {
+		t.Fatalf("%d loads, want %d: one for the change", st.Loads, loads+1)
+	}
+}
+
+// TestWatchIgnoresUnchangedContent: touching a rule file, writing it again
+// with the same content, replacing it with a copy, or adding files that
+// are not rule files to the rules directory does not reload; adding a rule
+// file does.
+func TestWatchIgnoresUnchangedContent(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, ruleSet("v0"), 5*time.Second)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.yaml")
+	replace(t, path, ruleSet("first"))
+	if _, err := e.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	loads := e.Status().Loads
+	reloads := watcher(t, e, dir)
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(path, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(ruleSet("first")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expectNoReload(t, reloads, time.Second, "a rule file touched and written with the same content")
+	replace(t, path, ruleSet("first"))
+	expectNoReload(t, reloads, time.Second, "a rule file replaced by a copy")
+	for _, name := range []string{"notes.txt", ".hidden.yaml", "a.yaml.bak"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(ruleSet("other")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectNoReload(t, reloads, time.Second, "files that are not rule files")
+
+	if err := os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("rules: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := expectReload(t, reloads, "a rule file added"); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Status(); st.Loads != loads+1 {
+		t.Fatalf("%d loads, want %d: one for the added file", st.Loads, loads+1)
+	}
+}

@@ -115,3 +115,26 @@ func BenchmarkLoad1000Rules(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMatchLoop: one rule whose when loops over the path's segments,
+// each iteration paying the evaluation budget's check.
+func BenchmarkMatchLoop(b *testing.B) {
+	s := mustLoad(b, `rules:
+  - name: admin
+    when: 'any(split(request.path, "/"), # == "admin")'
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1, window: 1s}
+`)
+	in := benchInput()
+	in.Request.Path = "/a/b/c/d/e/f/g/h/admin"
+	buf := make([]rules.Selection, 0, 8)
+	if got := s.AppendMatch(buf, in); len(got) != 1 {
+		b.Fatalf("matched %d rules, want 1", len(got))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		buf = s.AppendMatch(buf[:0], in)
+	}
+}

@@ -6,17 +6,25 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 )
 
 // env is the typed expression environment. One is pooled per evaluating
-// goroutine (see evalState); Header is bound to it once.
+// goroutine (see evalState); Header and Tick are bound to it once. Its
+// unexported fields, which expressions cannot see, hold the evaluation
+// budget of the rule being evaluated (see ExprBudget).
 type env struct {
 	Request *Request            `expr:"request"`
 	Attrs   map[string]string   `expr:"attrs"`
 	Header  func(string) string `expr:"header"`
+	Tick    func() bool         `expr:"ruled:tick"` // see meterLoops
+
+	ticks   int       // loop iterations so far
+	started time.Time // when the first one ran
 }
 
 // maxPrefixes bounds the cache of parsed CIDRs that cidr() keeps per Set.
@@ -27,6 +35,7 @@ const maxPrefixes = 4096
 type funcs struct {
 	mu       sync.RWMutex
 	prefixes map[string]netip.Prefix
+	loops    atomic.Int64 // names meterLoops' variables
 }
 
 func newFuncs() *funcs { return &funcs{prefixes: map[string]netip.Prefix{}} }
@@ -38,6 +47,7 @@ func (fs *funcs) options() []expr.Option {
 		expr.Function("cidr", fs.cidrFunc, new(func(ip, cidr string) bool)),
 		expr.Function("glob", globFunc, new(func(path, pattern string) bool)),
 		expr.Patch(lowerHeaderNames{}),
+		expr.Patch(meterLoops{&fs.loops}),
 		// Decisions depend on the request only; time comes from Redis.
 		expr.DisableBuiltin("now"),
 	}
@@ -180,6 +190,73 @@ func (lowerHeaderNames) Visit(node *ast.Node) {
 	if s, ok := call.Arguments[0].(*ast.StringNode); ok {
 		s.Value = strings.ToLower(s.Value)
 	}
+}
+
+// tickName is the name of env.Tick in expressions; it cannot be written
+// in one, and neither can the variables meterLoops declares.
+const tickName = "ruled:tick"
+
+// tick is env.Tick, the budget check: it counts loop iterations, starts
+// the clock at the first and reads it every budgetEvery, and panics with
+// ErrExprBudget once the rule's budget is spent (the VM turns the panic
+// into an error at the loop's position).
+func (e *env) tick() bool {
+	e.ticks++
+	switch {
+	case e.ticks == 1:
+		e.started = time.Now()
+	case e.ticks%budgetEvery == 0 && time.Since(e.started) > ExprBudget:
+		panic(ErrExprBudget)
+	}
+	return true
+}
+
+// meterLoops makes every iteration of a loop (each evaluation of the
+// predicate of all, any, none, one, filter, map, count, sum, find...,
+// groupBy, sortBy, reduce) call env.Tick before the predicate's body. The
+// expression VM has no CPU bound of its own (only a memory budget, which a
+// loop that concatenates strings never reaches), and loops are where an
+// expression's cost can grow with the request: everything outside them
+// runs once per node.
+//
+// A loop builtin B with predicate bodies P becomes
+// `let t = env.Tick; B(..., (t(); P))`: reading a field of the
+// environment costs reflection, so it is read once per loop and each
+// iteration calls a variable (no reflection, no allocation). A sequence's
+// type is its last expression's, so type checking is unchanged. Each loop
+// gets its own variable, as nested loops cannot redeclare one.
+type meterLoops struct{ n *atomic.Int64 }
+
+func (m meterLoops) Visit(node *ast.Node) {
+	b, ok := (*node).(*ast.BuiltinNode)
+	if !ok {
+		return
+	}
+	name := ""
+	for _, arg := range b.Arguments {
+		p, ok := arg.(*ast.PredicateNode)
+		if !ok || p.Node == nil {
+			continue
+		}
+		if name == "" {
+			name = fmt.Sprintf("%s%d", tickName, m.n.Add(1))
+		}
+		loc := p.Node.Location()
+		call := &ast.CallNode{Callee: &ast.IdentifierNode{Value: name}}
+		call.SetLocation(loc)
+		call.Callee.SetLocation(loc)
+		seq := &ast.SequenceNode{Nodes: []ast.Node{call, p.Node}}
+		seq.SetLocation(loc)
+		p.Node = seq
+	}
+	if name == "" {
+		return
+	}
+	tick := &ast.IdentifierNode{Value: tickName}
+	tick.SetLocation(b.Location())
+	let := &ast.VariableDeclaratorNode{Name: name, Value: tick, Expr: b}
+	let.SetLocation(b.Location())
+	*node = let
 }
 
 // checkLiterals reports constant arguments of cidr() and glob() that can

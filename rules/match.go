@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
@@ -47,6 +48,7 @@ func (s *Set) init() {
 		st := &evalState{}
 		st.env.Request = &st.req
 		st.env.Header = st.header
+		st.env.Tick = st.env.tick
 		return st
 	}
 }
@@ -61,6 +63,26 @@ type evalState struct {
 	key  []byte            // dynamic config cache key
 	vals []any             // evaluated dynamic config values
 }
+
+// ExprBudget bounds the time the expressions of one rule (its when, its
+// subject and its dynamic config values together) may take for one
+// request. It is checked in loops, the only place where an expression's
+// cost can grow with the request: the first iteration starts the clock and
+// it is read again every budgetEvery iterations. A rule that exceeds it
+// gets a Selection with Err wrapping ErrExprBudget; the other rules of the
+// request are evaluated as usual, each with its own budget.
+const ExprBudget = 20 * time.Millisecond
+
+// budgetEvery is how many loop iterations pass between two readings of
+// the clock.
+const budgetEvery = 16
+
+// ErrExprBudget is the error of a rule whose expressions exceeded
+// ExprBudget for one request.
+var ErrExprBudget = fmt.Errorf("the expression exceeded its evaluation budget (%v per rule and request)", ExprBudget)
+
+// startRule gives the next rule its own evaluation budget.
+func (st *evalState) startRule() { st.env.ticks = 0 }
 
 func (st *evalState) header(name string) string {
 	return st.req.Headers[lowerASCII(name)]
@@ -131,6 +153,7 @@ func (s *Set) AppendMatch(dst []Selection, in *Input) []Selection {
 			break
 		}
 		r := s.rules[i]
+		st.startRule()
 		ok, err := r.matches(st)
 		if err != nil {
 			dst = append(dst, Selection{Rule: r, Err: err})

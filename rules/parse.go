@@ -64,36 +64,47 @@ func (f *Files) Err() error { return f.errs.Err() }
 // problems found; Compile reports those again together with its own, so
 // that Load shows every problem at once.
 func Parse(path string) (*Files, error) {
-	st, err := os.Stat(path)
+	names, err := Sources(path)
 	if err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
+		return nil, err
 	}
 	f := &Files{ruleNames: map[string]Position{}, pluginNames: map[string]Position{}}
-	var names []string
-	if st.IsDir() {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return nil, fmt.Errorf("rules: %w", err)
-		}
-		for _, e := range entries {
-			n := e.Name()
-			ext := filepath.Ext(n)
-			if strings.HasPrefix(n, ".") || (ext != ".yaml" && ext != ".yml") {
-				continue
-			}
-			full := filepath.Join(path, n)
-			if fi, err := os.Stat(full); err == nil && fi.IsDir() {
-				continue
-			}
-			names = append(names, full)
-		}
-	} else {
-		names = []string{path}
-	}
 	for _, name := range names {
 		f.parseFile(name)
 	}
 	return f, f.Err()
+}
+
+// Sources returns the rule files that path stands for, as Parse reads
+// them: path itself when it is not a directory, else the directory's
+// *.yaml and *.yml files (not its subdirectories, not dot files) in name
+// order.
+func Sources(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	if !st.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		n := e.Name()
+		ext := filepath.Ext(n)
+		if strings.HasPrefix(n, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		full := filepath.Join(path, n)
+		if fi, err := os.Stat(full); err == nil && fi.IsDir() {
+			continue
+		}
+		names = append(names, full)
+	}
+	return names, nil
 }
 
 func (f *Files) parseFile(name string) {

@@ -39,6 +39,7 @@ func (s *Set) Trace(in *Input) []TraceEntry {
 			out = append(out, e)
 			continue
 		}
+		st.startRule()
 		ok, err := r.matches(st)
 		if err != nil || !ok {
 			e.Err = err

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ruled-dev/ruled/host/wasm"
+	"github.com/ruled-dev/ruled/internal/pluginfile"
 )
 
 const pluginUsage = `Usage:
@@ -148,7 +149,7 @@ func defaultModuleName(dir string) string {
 // fileDigest returns the hex SHA-256 digest of the file at path, as a rule
 // file pins it, and the file's size.
 func fileDigest(path string) (string, int, error) {
-	b, err := os.ReadFile(path)
+	b, err := pluginfile.Read(path, pluginfile.MaxWasm)
 	if err != nil {
 		return "", 0, err
 	}

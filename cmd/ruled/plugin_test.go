@@ -77,6 +77,7 @@ func TestPluginCommandErrors(t *testing.T) {
 		{[]string{"plugin", "inspect"}, 2, "want exactly one module"},
 		{[]string{"plugin", "inspect", filepath.Join(dir, "missing.wasm")}, 1, "no such file"},
 		{[]string{"plugin", "inspect", notModule}, 1, "x.wasm"},
+		{[]string{"plugin", "inspect", "/dev/zero"}, 1, "/dev/zero: not a regular file (it is a character device)"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)
@@ -407,5 +408,72 @@ func TestPluginLoadErrorsArePositioned(t *testing.T) {
 		!strings.Contains(stderr.String(), `bad.yaml:22:40: rule "per-user": config: burst: must be at least 0, got -2`) ||
 		!strings.Contains(stderr.String(), "1 error(s)") {
 		t.Errorf("check, bad config: exit %d\n%s", code, stderr.String())
+	}
+}
+
+// TestServeReloadRefusesAModuleThatMissesItsPin: with ruled serving a
+// pinned Wasm plugin, the module is rebuilt on disk without the pin being
+// updated. The watcher reloads, the reload fails with a plugin-load error
+// at the declaration, which the log and GET /v1/admin/rules show, and the
+// old rules and module keep deciding. A log file written next to the rules
+// reloads nothing.
+func TestServeReloadRefusesAModuleThatMissesItsPin(t *testing.T) {
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "gcra.wasm")
+	buildPlugin(t, "../../examples/plugins/gcra/wasm", mod)
+	rules := writeFile(t, dir, "rules.yaml", gcraRules(t, fileSHA256(t, mod)))
+	s := startServe(t, dir, "--rules", rules)
+	type answer struct {
+		Status struct {
+			Loads     int `json:"loads"`
+			Failures  int `json:"failures"`
+			LastError []struct {
+				File    string `json:"file"`
+				Line    int    `json:"line"`
+				Column  int    `json:"column"`
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"last_error"`
+		} `json:"status"`
+	}
+	status := func() answer {
+		t.Helper()
+		code, body := httpGet(t, s.base+"/v1/admin/rules")
+		var a answer
+		if err := json.Unmarshal([]byte(body), &a); code != http.StatusOK || err != nil {
+			t.Fatalf("GET /v1/admin/rules: %d %v\n%s", code, err, body)
+		}
+		return a
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ruled.log"), []byte("a log line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mod+".tmp", []byte("a rebuilt module"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(mod+".tmp", mod); err != nil {
+		t.Fatal(err)
+	}
+	var st answer
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if st = status(); st.Status.Failures > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if st.Status.Failures != 1 || st.Status.Loads != 1 || len(st.Status.LastError) == 0 {
+		t.Fatalf("status %+v: want one failed reload and the first load serving\n%s", st.Status, s.logs.String())
+	}
+	le := st.Status.LastError[0]
+	if le.File != rules || le.Line != 11 || le.Column != 3 || le.Code != "plugin-load" ||
+		!strings.Contains(le.Message, "sha256 mismatch") || !strings.Contains(le.Message, fileSHA256(t, mod)) {
+		t.Fatalf("last error %+v, want the pin mismatch at %s:11:3", le, rules)
+	}
+	if logs := s.logs.String(); !strings.Contains(logs, `msg="rules reload failed; the previous rules keep serving" trigger="file change"`) ||
+		!strings.Contains(logs, "sha256 mismatch") {
+		t.Fatalf("the failed reload is not logged:\n%s", logs)
+	}
+	if r := s.check(t, `{"request": {"user": "alice"}}`); r.status != 200 || len(r.Results) != 1 || r.Results[0].Plugin != "gcra" ||
+		r.Results[0].Degraded != "" || r.Results[0].Remaining != 2 {
+		t.Fatalf("the old module does not decide: %+v", r)
 	}
 }

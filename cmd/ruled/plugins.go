@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/process"
 	"github.com/ruled-dev/ruled/host/wasm"
+	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
 )
@@ -70,10 +70,11 @@ func wasmOptions(log *slog.Logger, callTimeout time.Duration, dataDir string) (w
 	return opts, func() { _ = cache.Close(context.Background()) }
 }
 
-// readPinned reads the file at path and, when want is set, compares its
-// SHA-256 digest with want (lower-case hex).
+// readPinned reads the Wasm module at path (a regular file of at most
+// pluginfile.MaxWasm bytes) and, when want is set, compares its SHA-256
+// digest with want (lower-case hex).
 func readPinned(path, want string) ([]byte, error) {
-	bin, err := os.ReadFile(path)
+	bin, err := pluginfile.Read(path, pluginfile.MaxWasm)
 	if err != nil {
 		return nil, err
 	}

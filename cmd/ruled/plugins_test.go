@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/rules"
 )
 
@@ -111,6 +113,42 @@ func TestPluginLoaderChecksPins(t *testing.T) {
 	_, err = load(context.Background(), rules.PluginDecl{Name: "x", Process: path, SHA256: wrong})
 	if err == nil || !strings.Contains(err.Error(), "not an executable") {
 		t.Fatalf("process that is not executable: %v", err)
+	}
+}
+
+// TestPluginFilesAreBounded: the loader (serve and check use it) refuses
+// at once, with the reason, a plugin file that is not a regular file or is
+// larger than its cap, rather than reading it without end.
+func TestPluginFilesAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	big := writeFile(t, dir, "big.wasm", "")
+	if err := os.Truncate(big, pluginfile.MaxWasm+1); err != nil { // sparse: nothing written
+		t.Fatal(err)
+	}
+	wopts, _ := wasmOptions(slog.New(slog.DiscardHandler), pluginCallTimeout(0), "")
+	load := pluginLoader(slog.New(slog.DiscardHandler), wopts)
+	for _, tc := range []struct {
+		decl rules.PluginDecl
+		want string
+	}{
+		{rules.PluginDecl{Name: "z", Wasm: "/dev/zero"}, "/dev/zero: not a regular file (it is a character device)"},
+		{rules.PluginDecl{Name: "z", Process: "/dev/zero"}, "/dev/zero: not an executable file"},
+		{rules.PluginDecl{Name: "z", Wasm: big}, "a plugin file may have at most 64 MiB"},
+	} {
+		start := time.Now()
+		if _, err := load(context.Background(), tc.decl); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.decl, err, tc.want)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("%+v: refused after %v, want at once", tc.decl, took)
+		}
+	}
+	// ruled check, end to end.
+	path := writeFile(t, dir, "rules.yaml", "plugins:\n  z: {wasm: /dev/zero}\nrules: []\n")
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"check", path}, io.Discard, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), path+`:2:3: plugin "z": /dev/zero: not a regular file`) {
+		t.Fatalf("check: exit %d\n%s", code, stderr.String())
 	}
 }
 

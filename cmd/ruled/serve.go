@@ -62,7 +62,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for /v1/admin/ and the status page /ui/ (without one: reload and reset are off, and the read-only status endpoints answer loopback requests only when --listen is on loopback)")
 	fs.StringVar(&c.trusted, "trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDRs whose X-Forwarded-*/X-Real-IP headers /v1/auth believes; empty trusts none")
-	fs.BoolVar(&c.watch, "watch", true, "reload the rules when files in their directory change")
+	fs.BoolVar(&c.watch, "watch", true, "reload the rules when the content of a rule file, or of a plugin file they declare, changes")
 	fs.BoolVar(&c.pipeline, "redis-pipeline", true, "coalesce the Redis calls of concurrent decisions into pipelines")
 	fs.BoolVar(&c.isolate, "redis-acl", true, "run each plugin's scripts as its own Redis ACL user (its keys and declared commands only), never as ruled's own; without ACL SETUSER rights the lines to run are logged and plugin rules follow on_error until the users exist")
 	fs.StringVar(&c.grpcListen, "grpc-listen", "", "gRPC listen address for Envoy's rate limit service (off when empty)")

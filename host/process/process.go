@@ -26,7 +26,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -37,6 +36,7 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/internal/pluginrpc"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
@@ -176,6 +176,9 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := pluginfile.Check(abs, pluginfile.MaxExecutable); err != nil {
+		return nil, fmt.Errorf("process: %w", err)
+	}
 	p := &Plugin{path: abs, opts: opts, logs: &logSink{log: opts.Logger.With("process", abs)},
 		configs: map[uint64]*abipb.ConfigureRequest{}, calls: callTable{m: map[uint64]*call{}},
 		wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
@@ -244,17 +247,14 @@ func checkDigest(path, want string) ([]byte, error) {
 	return pin, nil
 }
 
+// fileDigest returns the SHA-256 of the executable at path, a regular file
+// of at most pluginfile.MaxExecutable bytes, hashed as it is read.
 func fileDigest(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	d, err := pluginfile.Digest(path, pluginfile.MaxExecutable)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return h.Sum(nil), nil
+	return hex.DecodeString(d)
 }
 
 // checkInfo validates what a plugin says about itself.

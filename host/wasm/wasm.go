@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/wasm/internal/meter"
+	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
 )
@@ -137,12 +137,13 @@ type Plugin struct {
 
 var _ sdk.Algorithm = (*Plugin)(nil)
 
-// Load compiles the module at path, checks it, creates Options.Prewarm
+// Load reads the module at path (a regular file of at most
+// pluginfile.MaxWasm bytes), compiles it, checks it, creates Options.Prewarm
 // instances and returns the plugin. The error names what is wrong: a module
 // that is not a ruled ABI v1 plugin, an import ruled does not provide, an
 // instance that fails to start.
 func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
-	bin, err := os.ReadFile(path)
+	bin, err := pluginfile.Read(path, pluginfile.MaxWasm)
 	if err != nil {
 		return nil, fmt.Errorf("wasm: %w", err)
 	}
@@ -162,7 +163,7 @@ func LoadBytes(ctx context.Context, name string, bin []byte, opts Options) (*Plu
 // Inspect loads the module at path just far enough to read its Info, with
 // wazero's interpreter (no compilation), and closes it.
 func Inspect(ctx context.Context, path string) (sdk.Info, error) {
-	bin, err := os.ReadFile(path)
+	bin, err := pluginfile.Read(path, pluginfile.MaxWasm)
 	if err != nil {
 		return sdk.Info{}, fmt.Errorf("wasm: %w", err)
 	}
