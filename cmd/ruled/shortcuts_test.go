@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The shortcuts of the engine (deny cache, leases, refunds) tried through
@@ -168,4 +169,51 @@ func TestLeaseOnAPluginThatCannotTakeOne(t *testing.T) {
 		strings.Contains(text, ":16:") || !strings.Contains(text, "2 error(s)") {
 		t.Fatalf("check: %v\n%s", err, text)
 	}
+}
+
+// TestRunawayExpressionIsBounded: a `when` that would run for seconds on a
+// crafted request ends at its time budget with an error decision for its
+// rule (on_error: allow by default), and the other rule still decides.
+func TestRunawayExpressionIsBounded(t *testing.T) {
+	d := spawnDaemon(t, `rules:
+  - name: runaway
+    when: 'len(reduce(1..int(attrs["n"]), #acc + attrs["s"], "")) > 0'
+    subject: request.user
+    plugin: fixedwindow
+    config: {limit: 5, window: 1h}
+  - name: per-user
+    subject: request.user
+    plugin: fixedwindow
+    config: {limit: 5, window: 1h}
+`)
+	d.waitReady(15e9)
+	body := `{"request": {"user": "u"}, "attrs": {"n": "6000", "s": "` + strings.Repeat("s", 1000) + `"}}`
+	start := time.Now()
+	resp, err := http.Post(d.base+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var a struct {
+		Results []struct {
+			Rule, Degraded, Error string
+			Remaining             int64
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil || resp.StatusCode != 200 || len(a.Results) != 2 {
+		t.Fatalf("answer %d %s", resp.StatusCode, b)
+	}
+	if r := a.Results[0]; r.Degraded != "allow" || !strings.Contains(r.Error, "exceeded its evaluation budget") {
+		t.Fatalf("the runaway rule: %+v", r)
+	}
+	if r := a.Results[1]; r.Degraded != "" || r.Remaining != 4 {
+		t.Fatalf("the other rule: %+v", r)
+	}
+	// 20 ms of budget; the seconds the expression would take are the bug.
+	if took > time.Second {
+		t.Fatalf("the check took %v", took)
+	}
+	t.Logf("answered in %v", took)
 }
