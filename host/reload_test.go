@@ -198,8 +198,8 @@ func expectNoReload(t *testing.T, reloads <-chan error, d time.Duration, what st
 
 // scribble appends lines to path until stop is closed, as a log file
 // written next to the rules would be: bursts of ten lines 20ms apart, with
-// 400ms pauses between them (longer than the watcher's debounce).
-func scribble(t *testing.T, path string, stop <-chan struct{}) *sync.WaitGroup {
+// pauses between them (none when pause is 0).
+func scribble(t *testing.T, path string, pause time.Duration, stop <-chan struct{}) *sync.WaitGroup {
 	t.Helper()
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -213,8 +213,8 @@ func scribble(t *testing.T, path string, stop <-chan struct{}) *sync.WaitGroup {
 		defer f.Close()
 		for i := 0; ; i++ {
 			wait := 20 * time.Millisecond
-			if i%10 == 0 {
-				wait = 400 * time.Millisecond
+			if i%10 == 0 && pause > 0 {
+				wait = pause
 			}
 			select {
 			case <-stop:
@@ -242,7 +242,8 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 	loads := e.Status().Loads
 	reloads := watcher(t, e, path)
 	stop := make(chan struct{})
-	wg := scribble(t, filepath.Join(dir, "ruled.log"), stop)
+	// Pauses longer than the watcher's debounce: each burst settles.
+	wg := scribble(t, filepath.Join(dir, "ruled.log"), 400*time.Millisecond, stop)
 	defer func() { close(stop); wg.Wait() }()
 	expectNoReload(t, reloads, 2500*time.Millisecond, "a log file written next to the rules")
 
@@ -319,25 +320,7 @@ func TestWatchReloadsWithinASecondDespiteOtherWrites(t *testing.T) {
 	}
 	reloads := watcher(t, e, path)
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		f, err := os.OpenFile(filepath.Join(dir, "ruled.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer f.Close()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				fmt.Fprintf(f, "line %d\n", i)
-			}
-		}
-	}()
+	wg := scribble(t, filepath.Join(dir, "ruled.log"), 0, stop)
 	defer func() { close(stop); wg.Wait() }()
 	time.Sleep(300 * time.Millisecond) // the writes are under way
 	start := time.Now()

@@ -5,17 +5,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ruled-dev/ruled/examples/plugins/concurrency/limiter"
-	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/httpapi"
 	"github.com/ruled-dev/ruled/internal/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
@@ -39,21 +33,7 @@ const badInputRules = `rules:
 // a plugin refuses as bad input: 400 invalid_request naming the rule, not
 // the rule's on_error: allow, and the earlier rule's unit refunded.
 func TestBadInputFromAPluginIs400(t *testing.T) {
-	rs := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = client.Close() })
-	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: 2 * time.Second}),
-		Plugins: append(builtin.All(), limiter.New())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(badInputRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Load(path); err != nil {
-		t.Fatal(err)
-	}
+	e, _ := newTestEngine(t, redistest.Start(t), 2*time.Second, badInputRules, append(builtin.All(), limiter.New()))
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e}))
 	t.Cleanup(srv.Close)
 

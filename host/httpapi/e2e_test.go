@@ -22,6 +22,7 @@ import (
 	"github.com/ruled-dev/ruled/host/httpapi"
 	"github.com/ruled-dev/ruled/internal/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/sdk"
 )
 
 const testRules = `rules:
@@ -51,19 +52,7 @@ func newFixture(t *testing.T, token string) *fixture {
 func newFixtureTimeout(t *testing.T, token string, timeout time.Duration) *fixture {
 	t.Helper()
 	rs := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = client.Close() })
-	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: timeout}), Plugins: builtin.All()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(testRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Load(path); err != nil {
-		t.Fatal(err)
-	}
+	e, path := newTestEngine(t, rs, timeout, testRules, builtin.All())
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Admin: e, AdminToken: token,
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "# metrics\n") }),
 		UI:      http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "<html></html>") }),
@@ -71,6 +60,26 @@ func newFixtureTimeout(t *testing.T, token string, timeout time.Duration) *fixtu
 	}))
 	t.Cleanup(srv.Close)
 	return &fixture{redis: rs, srv: srv, engine: e, rules: path}
+}
+
+// newTestEngine returns an engine of plugins on rs serving rulesText, and
+// the path of its rule file.
+func newTestEngine(t *testing.T, rs *redistest.Server, timeout time.Duration, rulesText string, plugins []sdk.Algorithm) (*host.Engine, string) {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: timeout}), Plugins: plugins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(rulesText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	return e, path
 }
 
 func (f *fixture) do(t *testing.T, method, path, token, body string, hdr map[string]string) (*http.Response, string) {
