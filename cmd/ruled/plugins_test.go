@@ -132,7 +132,7 @@ func TestPluginFilesAreBounded(t *testing.T) {
 		want string
 	}{
 		{rules.PluginDecl{Name: "z", Wasm: "/dev/zero"}, "/dev/zero: not a regular file (it is a character device)"},
-		{rules.PluginDecl{Name: "z", Process: "/dev/zero"}, "/dev/zero: not an executable file"},
+		{rules.PluginDecl{Name: "z", Process: "/dev/zero"}, "/dev/zero: not a regular file (it is a character device)"},
 		{rules.PluginDecl{Name: "z", Wasm: big}, "a plugin file may have at most 64 MiB"},
 	} {
 		start := time.Now()

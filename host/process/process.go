@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -176,9 +175,6 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := pluginfile.Check(abs, pluginfile.MaxExecutable); err != nil {
-		return nil, fmt.Errorf("process: %w", err)
-	}
 	p := &Plugin{path: abs, opts: opts, logs: &logSink{log: opts.Logger.With("process", abs)},
 		configs: map[uint64]*abipb.ConfigureRequest{}, calls: callTable{m: map[uint64]*call{}},
 		wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
@@ -200,7 +196,8 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 }
 
 // Check checks the executable at path as Load does before it starts it,
-// and starts nothing: the file exists, is a regular executable file and,
+// and starts nothing: the file exists, is a regular executable file within
+// pluginfile.MaxExecutable bytes and,
 // when pin is set, has that SHA-256 digest (hex). It cannot tell whether
 // the file is a ruled plugin: only running it can.
 func Check(path, pin string) error {
@@ -214,11 +211,11 @@ func checkFile(path, pin string) (abs string, checksum []byte, err error) {
 	if abs, err = filepath.Abs(path); err != nil {
 		return "", nil, fmt.Errorf("process: %w", err)
 	}
-	st, err := os.Stat(abs)
+	st, err := pluginfile.Stat(abs, pluginfile.MaxExecutable)
 	if err != nil {
 		return "", nil, fmt.Errorf("process: %w", err)
 	}
-	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+	if st.Mode().Perm()&0o111 == 0 {
 		return "", nil, fmt.Errorf("process: %s: not an executable file", path)
 	}
 	if pin != "" {

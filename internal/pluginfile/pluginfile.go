@@ -6,11 +6,11 @@
 package pluginfile
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -44,12 +44,12 @@ func Read(path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b := make([]byte, 0, size+1)
-	b, err = readAll(f, b, path, max)
-	if err != nil {
+	var b bytes.Buffer
+	b.Grow(int(size) + bytes.MinRead) // one read past the end finds EOF
+	if err := copyAtMost(&b, f, path, max); err != nil {
 		return nil, err
 	}
-	return b, nil
+	return b.Bytes(), nil
 }
 
 // Digest returns the hex SHA-256 digest of the regular file at path, which
@@ -61,20 +61,20 @@ func Digest(path string, max int64) (string, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	if err := copyLimited(h, f, path, max); err != nil {
+	if err := copyAtMost(h, f, path, max); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// Check reports why path is not a regular file of at most max bytes, if
-// it is not.
-func Check(path string, max int64) error {
+// Stat returns the file information of path when it is a regular file (or
+// a symbolic link to one) of at most max bytes, and else why it is not.
+func Stat(path string, max int64) (fs.FileInfo, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return check(path, fi, max)
+	return fi, check(path, fi, max)
 }
 
 // open opens path if it is a regular file of at most max bytes, and
@@ -83,11 +83,8 @@ func Check(path string, max int64) error {
 // one read. O_NONBLOCK keeps the open of a FIFO swapped in between from
 // blocking.
 func open(path string, max int64) (*os.File, int64, error) {
-	fi, err := os.Stat(path)
+	fi, err := Stat(path, max)
 	if err != nil {
-		return nil, 0, err
-	}
-	if err := check(path, fi, max); err != nil {
 		return nil, 0, err
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -118,39 +115,10 @@ func tooLarge(path, size string, max int64) error {
 	return fmt.Errorf("%s: %w: it has %s, a plugin file may have at most %d MiB", path, ErrTooLarge, size, max>>20)
 }
 
-// readAll appends the file's content to b, failing once it passes max
+// copyAtMost copies the file's content to w, failing once it passes max
 // bytes (the file grew since it was checked).
-func readAll(f *os.File, b []byte, path string, max int64) ([]byte, error) {
-	b, err := appendAll(b, io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if int64(len(b)) > max {
-		return nil, tooLarge(path, "more bytes", max)
-	}
-	return b, nil
-}
-
-func appendAll(b []byte, r io.Reader) ([]byte, error) {
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
-}
-
-// copyLimited writes the file's content to h, failing once it passes max
-// bytes.
-func copyLimited(h hash.Hash, f *os.File, path string, max int64) error {
-	n, err := io.Copy(h, io.LimitReader(f, max+1))
+func copyAtMost(w io.Writer, f *os.File, path string, max int64) error {
+	n, err := io.Copy(w, io.LimitReader(f, max+1))
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}

@@ -3,6 +3,7 @@
 package pluginfile
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -94,13 +95,14 @@ func TestReadIsLimited(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := readAll(f, nil, path, 10); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("readAll past the cap: %v", err)
+	var b bytes.Buffer
+	if err := copyAtMost(&b, f, path, 10); !errors.Is(err, ErrTooLarge) || b.Len() > 11 {
+		t.Fatalf("copyAtMost past the cap: %v, %d bytes read", err, b.Len())
 	}
 	if _, err := f.Seek(0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := copyLimited(sha256.New(), f, path, 10); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("copyLimited past the cap: %v", err)
+	if err := copyAtMost(sha256.New(), f, path, 10); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("copyAtMost to a hash past the cap: %v", err)
 	}
 }
