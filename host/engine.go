@@ -417,9 +417,8 @@ func (e *Engine) thirdParty(decl rules.PluginDecl) (*plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	if decl.SHA256 != "" && digest != decl.SHA256 {
-		return nil, fmt.Errorf("%s: sha256 mismatch: the rule file pins %s but the file's digest is %s; refusing to load it",
-			path, decl.SHA256, digest)
+	if err := pluginfile.CheckPin(path, decl.SHA256, digest); err != nil {
+		return nil, err
 	}
 	key := pluginKey(decl, digest)
 	if p, ok := e.loaded[key]; ok {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -82,8 +81,8 @@ func readPinned(path, want string) ([]byte, error) {
 		return bin, nil
 	}
 	sum := sha256.Sum256(bin)
-	if got := hex.EncodeToString(sum[:]); got != want {
-		return nil, fmt.Errorf("%s: sha256 mismatch: the rule file pins %s but the file's digest is %s; refusing to load it", path, want, got)
+	if err := pluginfile.CheckPin(path, want, hex.EncodeToString(sum[:])); err != nil {
+		return nil, err
 	}
 	return bin, nil
 }

@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/internal/pluginrpc"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
@@ -110,9 +111,9 @@ func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
 	proto, err := client.Client()
 	if err != nil {
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
-			got, _ := fileDigest(p.path)
+			got, _ := pluginfile.Digest(p.path, pluginfile.MaxExecutable)
 			return nil, fmt.Errorf("the executable changed since it was loaded: its sha256 is %s, the rule file pins %s; refusing to run it",
-				hex.EncodeToString(got), hex.EncodeToString(p.checksum))
+				got, hex.EncodeToString(p.checksum))
 		}
 		return nil, fmt.Errorf("starting: %w", err)
 	}

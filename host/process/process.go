@@ -220,7 +220,7 @@ func checkFile(path, pin string) (abs string, checksum []byte, err error) {
 	}
 	if pin != "" {
 		if checksum, err = checkDigest(abs, pin); err != nil {
-			return "", nil, fmt.Errorf("process: %s: %w", path, err)
+			return "", nil, fmt.Errorf("process: %w", err)
 		}
 	}
 	return abs, checksum, nil
@@ -231,27 +231,16 @@ func checkFile(path, pin string) (abs string, checksum []byte, err error) {
 func checkDigest(path, want string) ([]byte, error) {
 	pin, err := hex.DecodeString(want)
 	if err != nil || len(pin) != sha256.Size {
-		return nil, fmt.Errorf("sha256 pin %q: want 64 hexadecimal digits", want)
+		return nil, fmt.Errorf("%s: sha256 pin %q: want 64 hexadecimal digits", path, want)
 	}
-	got, err := fileDigest(path)
+	got, err := pluginfile.Digest(path, pluginfile.MaxExecutable)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Equal(got, pin) {
-		return nil, fmt.Errorf("sha256 mismatch: the rule file pins %s but the file's digest is %s; refusing to run it",
-			hex.EncodeToString(pin), hex.EncodeToString(got))
+	if err := pluginfile.CheckPin(path, hex.EncodeToString(pin), got); err != nil {
+		return nil, err
 	}
 	return pin, nil
-}
-
-// fileDigest returns the SHA-256 of the executable at path, a regular file
-// of at most pluginfile.MaxExecutable bytes, hashed as it is read.
-func fileDigest(path string) ([]byte, error) {
-	d, err := pluginfile.Digest(path, pluginfile.MaxExecutable)
-	if err != nil {
-		return nil, err
-	}
-	return hex.DecodeString(d)
 }
 
 // checkInfo validates what a plugin says about itself.

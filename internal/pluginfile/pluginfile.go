@@ -77,6 +77,15 @@ func Stat(path string, max int64) (fs.FileInfo, error) {
 	return fi, check(path, fi, max)
 }
 
+// CheckPin reports a file whose SHA-256 digest (hex) is not the one its
+// declaration pins; nil when pin is empty or matches.
+func CheckPin(path, pin, digest string) error {
+	if pin == "" || pin == digest {
+		return nil
+	}
+	return fmt.Errorf("%s: sha256 mismatch: the rule file pins %s but the file's digest is %s; refusing to load it", path, pin, digest)
+}
+
 // open opens path if it is a regular file of at most max bytes, and
 // returns it with its size. The checks are made on the path first, so that
 // a device is not even opened, and again on the opened file, which is the
