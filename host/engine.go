@@ -56,13 +56,18 @@ type RuleResult struct {
 	Plugin   string
 	Shadow   bool
 	Degraded Degraded
-	// Err is why the decision is degraded, if it is.
+	// Err is why the decision is degraded, if it is, or the plugin's
+	// refusal of the request as bad input (sdk.BadRequestError; Degraded
+	// is then empty).
 	Err error
 	sdk.Decision
 
 	cached bool // answered by the deny cache
-	bad    bool // the plugin refused the request as bad input (Err)
 }
+
+// badRequest reports whether the plugin refused the request as bad input:
+// the only result with an error that is not degraded.
+func (rr *RuleResult) badRequest() bool { return rr.Err != nil && rr.Degraded == DegradedNone }
 
 // Result is the combined decision for a request.
 type Result struct {
@@ -155,6 +160,9 @@ const (
 	OutcomeDegradedAllow Outcome = "degraded_allow"
 	OutcomeDegradedDeny  Outcome = "degraded_deny"
 	OutcomeDegradedLocal Outcome = "degraded_local"
+	// OutcomeBadRequest is a request the plugin refused as bad input: a
+	// client's mistake, not a limit.
+	OutcomeBadRequest Outcome = "bad_request"
 )
 
 // Observer receives the engine's events. Implementations must be cheap and
@@ -188,6 +196,8 @@ func outcome(rr *RuleResult) Outcome {
 		return OutcomeDegradedLocal
 	case rr.Allowed:
 		return OutcomeAllowed
+	case rr.badRequest():
+		return OutcomeBadRequest
 	case rr.Shadow:
 		return OutcomeShadowDenied
 	default:
@@ -617,7 +627,7 @@ func (e *Engine) check(ctx context.Context, b budget, req *CheckRequest, res *Re
 			continue
 		}
 		res.Allowed = false
-		if rr.bad {
+		if rr.badRequest() {
 			res.BadRequest = fmt.Errorf("rule %s (plugin %s): %w", rr.Rule, rr.Plugin, rr.Err)
 		}
 		res.RetryAfter = max(res.RetryAfter, rr.RetryAfter)
@@ -664,7 +674,7 @@ func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.
 	}
 	if err != nil {
 		if sdk.IsBadRequest(err) {
-			rr.Err, rr.bad = err, true
+			rr.Err = err
 			return
 		}
 		e.degrade(rr, sel, req, err)

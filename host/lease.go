@@ -35,9 +35,8 @@ type leaseShard struct {
 // lease is one rule and subject's permits.
 type lease struct {
 	mu       sync.Mutex
-	rule     *rules.Rule // the rule (of one loaded set) that filled it
 	plugin   *plugin
-	sel      rules.Selection
+	sel      rules.Selection // of the rule (of one loaded set) that filled it
 	permits  int64
 	taken    time.Time    // when the permits were taken
 	expires  time.Time    // when they may no longer be granted
@@ -92,7 +91,7 @@ func (ls *leases) drain(now time.Time) []*lease {
 		for k, l := range s.m {
 			l.mu.Lock()
 			if l.permits > 0 && now.Before(l.expires) {
-				cp := &lease{rule: l.rule, plugin: l.plugin, sel: l.sel, permits: l.permits}
+				cp := &lease{plugin: l.plugin, sel: l.sel, permits: l.permits}
 				out = append(out, cp)
 			}
 			l.permits = 0
@@ -107,7 +106,7 @@ func (ls *leases) drain(now time.Time) []*lease {
 // leaseable reports whether a request may be served from a lease: it takes
 // units, without the per-request options a lease cannot honour.
 func leaseable(rule *rules.Rule, req *CheckRequest) bool {
-	return rule.Lease > 0 && rule.Traits.Leasable && req.Hits > 0 && req.DedupID == "" && !req.BestEffort
+	return rule.Lease > 0 && req.Hits > 0 && req.DedupID == "" && !req.BestEffort
 }
 
 // decideLeased grants req from the rule and subject's lease, refilling the
@@ -120,7 +119,7 @@ func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key loca
 	l := e.leases.get(key, now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	valid := l.rule == rule && now.Before(l.expires)
+	valid := l.sel.Rule == rule && now.Before(l.expires)
 	if valid && l.permits >= req.Hits {
 		l.permits -= req.Hits
 		return l.grant(req.Hits, now), nil
@@ -158,7 +157,7 @@ func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key loca
 		// Permits held from before keep their (earlier) end.
 		l.expires = now.Add(age)
 	}
-	l.rule, l.sel, l.plugin = rule, sel, p
+	l.sel, l.plugin = sel, p
 	l.permits = got - req.Hits
 	l.taken = now
 	l.decision = d
@@ -188,7 +187,7 @@ func (e *Engine) returnLease(ctx context.Context, b budget, key local.Key) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.permits > 0 && l.rule != nil && e.now().Before(l.expires) {
+	if l.permits > 0 && l.sel.Rule != nil && e.now().Before(l.expires) {
 		e.giveBack(ctx, b, l.plugin, l.sel, l.permits)
 	}
 	l.permits = 0
@@ -209,12 +208,6 @@ func (l *lease) grant(hits int64, now time.Time) sdk.Decision {
 // declare refunds.
 func (e *Engine) ReturnLeases(ctx context.Context) {
 	for _, l := range e.leases.drain(e.now()) {
-		if !l.rule.Traits.Refunds {
-			continue
-		}
-		back := sdk.Request{Subject: l.sel.Subject, Hits: -l.permits}
-		if _, err := safeDecide(ctx, budget{}, l.plugin, l.rule.Name, l.sel.Config, back); err != nil {
-			e.log.Warn("returning leased permits failed", "rule", l.rule.Name, "err", err)
-		}
+		e.giveBack(ctx, budget{}, l.plugin, l.sel, l.permits)
 	}
 }

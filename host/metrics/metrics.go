@@ -38,7 +38,7 @@ var LatencyBuckets = []float64{
 // outcomes lists host.Outcome values in the order of ruleMetrics.outcomes.
 var outcomes = [...]host.Outcome{
 	host.OutcomeAllowed, host.OutcomeDenied, host.OutcomeShadowDenied,
-	host.OutcomeDegradedAllow, host.OutcomeDegradedDeny, host.OutcomeDegradedLocal,
+	host.OutcomeDegradedAllow, host.OutcomeDegradedDeny, host.OutcomeDegradedLocal, host.OutcomeBadRequest,
 }
 
 func outcomeIndex(o host.Outcome) int {
@@ -55,6 +55,8 @@ func outcomeIndex(o host.Outcome) int {
 		return 4
 	case host.OutcomeDegradedLocal:
 		return 5
+	case host.OutcomeBadRequest:
+		return 6
 	}
 	return -1
 }
@@ -147,7 +149,7 @@ func New(o Options) *Metrics {
 		version: o.Version,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ruled_decisions_total",
-			Help: "Rule decisions by rule and outcome (allowed, denied, shadow_denied, degraded_allow, degraded_deny, degraded_local).",
+			Help: "Rule decisions by rule and outcome (allowed, denied, shadow_denied, degraded_allow, degraded_deny, degraded_local, bad_request).",
 		}, []string{"rule", "outcome"}),
 		denyCache: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ruled_deny_cache_hits_total",

@@ -141,7 +141,7 @@ func TestScrapeAfterKnownTraffic(t *testing.T) {
 	want(t, s, `ruled_decisions_total{outcome="allowed",rule="x"}`, 5)
 	want(t, s, `ruled_decisions_total{outcome="denied",rule="x"}`, 3)
 	want(t, s, `ruled_deny_cache_hits_total{rule="x"}`, 2)
-	for _, o := range []string{"allowed", "denied", "shadow_denied", "degraded_allow", "degraded_deny", "degraded_local"} {
+	for _, o := range []string{"allowed", "denied", "shadow_denied", "degraded_allow", "degraded_deny", "degraded_local", "bad_request"} {
 		want(t, s, `ruled_decisions_total{outcome="`+o+`",rule="y"}`, 0) // loaded, never matched
 	}
 	want(t, s, `ruled_deny_cache_hits_total{rule="y"}`, 0)

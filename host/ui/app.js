@@ -173,7 +173,8 @@
         el('td', { class: 'num' }, fmtRate(last(s.allowed))),
         el('td', { class: 'num' }, fmtRate(last(s.denied))),
         el('td', { class: 'num' }, o.allowed || 0),
-        el('td', { class: 'num' }, (o.denied || 0) + (o.shadow_denied ? ' (+' + o.shadow_denied + ' shadow)' : '')),
+        el('td', { class: 'num' }, (o.denied || 0) + (o.shadow_denied ? ' (+' + o.shadow_denied + ' shadow)' : '') +
+          (o.bad_request ? ' (+' + o.bad_request + ' bad requests)' : '')),
         el('td', { class: 'num' }, sum(o, ['degraded_allow', 'degraded_deny', 'degraded_local'])),
         el('td', { class: 'num' }, rs ? rs.deny_cache_hits : 0),
         el('td', {}, chart(r.name, rs))));
