@@ -50,7 +50,7 @@ func (e *Engine) WatchRules(ctx context.Context, path string, onReload func(n in
 		return fmt.Errorf("host: watching rules: %w", err)
 	}
 	defer w.Close()
-	rw := &ruleWatch{path: path, w: w, log: e.log, dirs: map[string]bool{}, failed: map[string]bool{}}
+	rw := &ruleWatch{path: path, w: w, log: e.log, failed: map[string]bool{}}
 	rw.rulesDir = path
 	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
 		rw.rulesDir = filepath.Dir(path)
@@ -105,7 +105,6 @@ type ruleWatch struct {
 	rulesDir string
 	w        *fsnotify.Watcher
 	log      *slog.Logger
-	dirs     map[string]bool // watched, as of the last scan
 	failed   map[string]bool // could not be watched (warned once)
 
 	files     map[string]fileState // as last seen, rule and plugin files
@@ -188,18 +187,15 @@ func sameFile(a, b os.FileInfo) bool {
 // changes are then seen with the next change of a rule file, a SIGHUP or
 // an admin reload.
 func (rw *ruleWatch) watchDirs(want map[string]bool) {
-	clear(rw.dirs) // fsnotify forgets a directory that was removed
+	watched := map[string]bool{} // fsnotify forgets a directory that was removed
 	for _, d := range rw.w.WatchList() {
-		rw.dirs[d] = true
-	}
-	for d := range rw.dirs {
+		watched[d] = true
 		if !want[d] && d != rw.rulesDir {
 			_ = rw.w.Remove(d)
-			delete(rw.dirs, d)
 		}
 	}
 	for d := range want {
-		if rw.dirs[d] {
+		if watched[d] {
 			continue
 		}
 		if err := rw.w.Add(d); err != nil {
@@ -210,7 +206,6 @@ func (rw *ruleWatch) watchDirs(want map[string]bool) {
 			continue
 		}
 		delete(rw.failed, d)
-		rw.dirs[d] = true
 	}
 }
 
