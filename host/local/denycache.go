@@ -80,18 +80,20 @@ func (c *DenyCache) Get(key Key, hits int64) (sdk.Decision, bool) {
 	s := c.shard(key)
 	s.mu.Lock()
 	e, ok := s.m[key]
+	if !ok {
+		s.mu.Unlock()
+		return sdk.Decision{}, false
+	}
 	left := e.until.Sub(c.now())
-	if ok && (hits != e.hits || left <= 0) {
+	if hits != e.hits || left <= 0 {
 		// The request goes to the plugin, whose answer replaces the entry
 		// (a denial) or makes it stale (a grant): drop it now.
 		delete(s.m, key)
 		c.entries.Add(-1)
-		ok = false
-	}
-	s.mu.Unlock()
-	if !ok {
+		s.mu.Unlock()
 		return sdk.Decision{}, false
 	}
+	s.mu.Unlock()
 	d := e.d
 	d.RetryAfter = left
 	d.Reset = max(d.Reset-(e.d.RetryAfter-left), left)
