@@ -84,19 +84,5 @@ func BenchmarkCheckLeased(b *testing.B) {
 	for i := range ips {
 		ips[i] = fmt.Sprintf("10.1.0.%d", i)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		var req host.CheckRequest
-		var res host.Result
-		for pb.Next() {
-			req = host.CheckRequest{Request: host.Request{IP: ips[i%len(ips)]}, Hits: 1}
-			if e.CheckInto(context.Background(), &req, &res); !res.Allowed {
-				b.Errorf("denied: %+v", res)
-				return
-			}
-			i++
-		}
-	})
+	runChecks(b, e, ips, true)
 }
