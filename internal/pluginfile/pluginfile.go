@@ -92,15 +92,15 @@ func CheckPin(path, pin, digest string) error {
 // one read. O_NONBLOCK keeps the open of a FIFO swapped in between from
 // blocking.
 func open(path string, max int64) (*os.File, int64, error) {
-	fi, err := Stat(path, max)
-	if err != nil {
+	if _, err := Stat(path, max); err != nil {
 		return nil, 0, err
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, 0, err
 	}
-	if fi, err = f.Stat(); err == nil {
+	fi, err := f.Stat()
+	if err == nil {
 		err = check(path, fi, max)
 	}
 	if err != nil {
