@@ -120,14 +120,7 @@ func TestReloadUnderLoad(t *testing.T) {
 }
 
 func TestWatchReloadsOnFileReplace(t *testing.T) {
-	srv := redistest.Start(t)
-	e := newEngine(t, srv, ruleSet("v0"), 5*time.Second)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	replace(t, path, ruleSet("first"))
-	if _, err := e.Load(dir); err != nil {
-		t.Fatal(err)
-	}
+	e, dir, path := servingRules(t, "rules.yaml", true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reloads := make(chan error, 10)
@@ -154,6 +147,25 @@ func TestWatchReloadsOnFileReplace(t *testing.T) {
 	if r := e.RuleInfos(); r[0].Name != "second-one" {
 		t.Fatalf("an invalid change took effect: %+v", r)
 	}
+}
+
+// servingRules returns an engine serving ruleSet("first") from the file
+// name in a new directory, loaded from the directory or (dirLoad false)
+// the file, with the directory and the file's path.
+func servingRules(t *testing.T, name string, dirLoad bool) (*host.Engine, string, string) {
+	t.Helper()
+	e := newEngine(t, redistest.Start(t), ruleSet("v0"), 5*time.Second)
+	dir := t.TempDir()
+	path := filepath.Join(dir, name)
+	replace(t, path, ruleSet("first"))
+	from := path
+	if dirLoad {
+		from = dir
+	}
+	if _, err := e.Load(from); err != nil {
+		t.Fatal(err)
+	}
+	return e, dir, path
 }
 
 // watcher runs e.WatchRules on path until the test ends and returns the
@@ -231,14 +243,7 @@ func scribble(t *testing.T, path string, pause time.Duration, stop <-chan struct
 // the rule file never reloads the rules, and does not hold back the
 // reload of an actual change to them.
 func TestWatchIgnoresOtherFiles(t *testing.T) {
-	srv := redistest.Start(t)
-	e := newEngine(t, srv, ruleSet("v0"), 5*time.Second)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	replace(t, path, ruleSet("first"))
-	if _, err := e.Load(path); err != nil {
-		t.Fatal(err)
-	}
+	e, dir, path := servingRules(t, "rules.yaml", false)
 	loads := e.Status().Loads
 	reloads := watcher(t, e, path)
 	stop := make(chan struct{})
@@ -267,14 +272,7 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 // are not rule files to the rules directory does not reload; adding a rule
 // file does.
 func TestWatchIgnoresUnchangedContent(t *testing.T) {
-	srv := redistest.Start(t)
-	e := newEngine(t, srv, ruleSet("v0"), 5*time.Second)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "a.yaml")
-	replace(t, path, ruleSet("first"))
-	if _, err := e.Load(dir); err != nil {
-		t.Fatal(err)
-	}
+	e, dir, path := servingRules(t, "a.yaml", true)
 	loads := e.Status().Loads
 	reloads := watcher(t, e, dir)
 	later := time.Now().Add(time.Hour)
@@ -310,14 +308,7 @@ func TestWatchIgnoresUnchangedContent(t *testing.T) {
 // at most about a second (docs/rules.md, "Reload": 1 s at most after the
 // first event), not for as long as they go on.
 func TestWatchReloadsWithinASecondDespiteOtherWrites(t *testing.T) {
-	srv := redistest.Start(t)
-	e := newEngine(t, srv, ruleSet("v0"), 5*time.Second)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	replace(t, path, ruleSet("first"))
-	if _, err := e.Load(path); err != nil {
-		t.Fatal(err)
-	}
+	e, dir, path := servingRules(t, "rules.yaml", false)
 	reloads := watcher(t, e, path)
 	stop := make(chan struct{})
 	wg := scribble(t, filepath.Join(dir, "ruled.log"), 0, stop)
