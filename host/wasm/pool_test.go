@@ -133,6 +133,12 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Discarded instances are replaced in the background: wait for the
+	// pool to be warm again, so that Close has instances to free.
+	warm := time.Now().Add(10 * time.Second)
+	for p.Stats().Instances == 0 && time.Now().Before(warm) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if s := p.Stats(); s.Discarded == 0 || s.Instances == 0 {
 		t.Fatalf("before close: %+v", s)
 	}
