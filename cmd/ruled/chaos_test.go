@@ -37,10 +37,10 @@ const (
 
 // chaosP99Floor is the least p99 bound on the healthy nodes: on a shared
 // 2-core machine that runs other test packages at the same time, noise
-// alone moves a p99 of about 1 ms by a few ms, while a fault that spreads
-// shows as time-outs (250 ms) or tens of ms (34-75 ms, measured before the
-// per-node pipelines).
-const chaosP99Floor = 10 * time.Millisecond
+// alone moves a p99 of about 1 ms by up to 10-20 ms (seen in CI), while a
+// fault that spreads shows as time-outs (250 ms) or tens of ms (34-75 ms,
+// measured before the per-node pipelines).
+const chaosP99Floor = 25 * time.Millisecond
 
 // chaosBound bounds every decision as the client sees it: the documented
 // bound, the default --decision-timeout (twice the 250 ms --redis-timeout),
