@@ -135,6 +135,27 @@ func thirdPartyEngine(t *testing.T) (e *host.Engine, loads, closed *atomic.Int32
 	return e, loads, closed
 }
 
+// mineRules is a rule file that declares the Wasm plugin "mine" at file,
+// with pin (`, sha256: "..."`, or empty), and uses it in one rule.
+func mineRules(file, pin string) string {
+	return `plugins:
+  mine: {wasm: ` + file + pin + `}
+rules:
+  - name: third
+    subject: request.ip
+    plugin: mine
+    config: {limit: 100, window: 1h}
+`
+}
+
+// writeFile writes content to the file at path.
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -149,24 +170,8 @@ func TestReloadRereadsChangedPluginFiles(t *testing.T) {
 	e, loads, closed := thirdPartyEngine(t)
 	dir := t.TempDir()
 	mod, path := filepath.Join(dir, "mine.wasm"), filepath.Join(dir, "rules.yaml")
-	write := func(p, content string) {
-		t.Helper()
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rulesPinned := func(pin string) string {
-		return `plugins:
-  mine: {wasm: mine.wasm` + pin + `}
-rules:
-  - name: third
-    subject: request.ip
-    plugin: mine
-    config: {limit: 100, window: 1h}
-`
-	}
-	write(mod, "module v1")
-	write(path, rulesPinned(`, sha256: "`+sha256Hex([]byte("module v1"))+`"`))
+	writeFile(t, mod, "module v1")
+	writeFile(t, path, mineRules("mine.wasm", `, sha256: "`+sha256Hex([]byte("module v1"))+`"`))
 	if _, err := e.Load(path); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +179,7 @@ rules:
 		t.Fatalf("reload of an unchanged module: %v, %d loads, want 1", err, loads.Load())
 	}
 
-	write(mod, "module v2") // rebuilt, the pin not updated
+	writeFile(t, mod, "module v2") // rebuilt, the pin not updated
 	_, err := e.Reload()
 	var list rules.ErrorList
 	// The declaration's error, and the rule's that uses the plugin.
@@ -199,17 +204,17 @@ rules:
 	}
 
 	// The pin updated: the new module is loaded, the old one closed.
-	write(path, rulesPinned(`, sha256: "`+sha256Hex([]byte("module v2"))+`"`))
+	writeFile(t, path, mineRules("mine.wasm", `, sha256: "`+sha256Hex([]byte("module v2"))+`"`))
 	if _, err := e.Reload(); err != nil || loads.Load() != 2 || closed.Load() != 1 {
 		t.Fatalf("pin updated: %v, %d loads, %d closes; want 2 and 1", err, loads.Load(), closed.Load())
 	}
 	// No pin: a changed module is loaded again too, an unchanged one not.
-	write(path, rulesPinned(""))
+	writeFile(t, path, mineRules("mine.wasm", ""))
 	if _, err := e.Reload(); err != nil {
 		t.Fatal(err)
 	}
 	n := loads.Load()
-	write(mod, "module v3")
+	writeFile(t, mod, "module v3")
 	if _, err := e.Reload(); err != nil || loads.Load() != n+1 {
 		t.Fatalf("unpinned module changed: %v, %d loads, want %d", err, loads.Load(), n+1)
 	}
@@ -271,38 +276,22 @@ func TestWatchFollowsPluginFiles(t *testing.T) {
 	e, loads, _ := thirdPartyEngine(t)
 	rulesDir, modDir, otherDir := t.TempDir(), t.TempDir(), t.TempDir()
 	mod, path := filepath.Join(modDir, "mine.wasm"), filepath.Join(rulesDir, "rules.yaml")
-	write := func(p, content string) {
-		t.Helper()
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	decl := func(file, pin string) string {
-		return `plugins:
-  mine: {wasm: ` + file + pin + `}
-rules:
-  - name: third
-    subject: request.ip
-    plugin: mine
-    config: {limit: 100, window: 1h}
-`
-	}
-	write(mod, "module v1")
-	write(path, decl(mod, ""))
+	writeFile(t, mod, "module v1")
+	writeFile(t, path, mineRules(mod, ""))
 	if _, err := e.Load(path); err != nil {
 		t.Fatal(err)
 	}
 	reloads := watcher(t, e, path)
 
-	write(mod, "module v2")
+	writeFile(t, mod, "module v2")
 	if err := expectReload(t, reloads, "the module rebuilt"); err != nil || loads.Load() != 2 {
 		t.Fatalf("module rebuilt: %v, %d loads, want 2", err, loads.Load())
 	}
-	write(path, decl(mod, `, sha256: "`+sha256Hex([]byte("module v2"))+`"`))
+	writeFile(t, path, mineRules(mod, `, sha256: "`+sha256Hex([]byte("module v2"))+`"`))
 	if err := expectReload(t, reloads, "the module pinned"); err != nil {
 		t.Fatal(err)
 	}
-	write(mod, "module v3") // rebuilt, the pin not updated
+	writeFile(t, mod, "module v3") // rebuilt, the pin not updated
 	err := expectReload(t, reloads, "the pinned module rebuilt")
 	if err == nil || !strings.Contains(err.Error(), "rules.yaml:2:3: plugin \"mine\"") || !strings.Contains(err.Error(), "sha256 mismatch") {
 		t.Fatalf("pinned module rebuilt: %v, want the mismatch at the declaration", err)
@@ -316,14 +305,14 @@ rules:
 
 	// The declaration moves: the new directory is followed, the old not.
 	other := filepath.Join(otherDir, "mine.wasm")
-	write(other, "module v4")
-	write(path, decl(other, ""))
+	writeFile(t, other, "module v4")
+	writeFile(t, path, mineRules(other, ""))
 	if err := expectReload(t, reloads, "the declaration moved"); err != nil {
 		t.Fatal(err)
 	}
-	write(mod, "module v5")
+	writeFile(t, mod, "module v5")
 	expectNoReload(t, reloads, time.Second, "a file no longer declared")
-	write(other, "module v6")
+	writeFile(t, other, "module v6")
 	if err := expectReload(t, reloads, "the module in its new directory rebuilt"); err != nil {
 		t.Fatal(err)
 	}

@@ -259,11 +259,12 @@ func checkInfo(info *sdk.Info) error {
 }
 
 // sameInfo reports whether a restarted process describes itself as the
-// first one did: the scripts registered with the capability are its. The
-// scripts and each script's commands are compared as sets, in any order: a
-// plugin may well list them from a map.
+// first one did: the scripts registered with the capability are its, and
+// the traits the loaded rules were compiled with (the engine's shortcuts)
+// still hold. The scripts and each script's commands are compared as sets,
+// in any order: a plugin may well list them from a map.
 func sameInfo(a, b *sdk.Info) bool {
-	if a.Name != b.Name || a.Version != b.Version {
+	if a.Name != b.Name || a.Version != b.Version || a.Traits != b.Traits {
 		return false
 	}
 	as, bs := scriptSet(a.Scripts), scriptSet(b.Scripts)

@@ -8,14 +8,15 @@ import (
 
 // TestSameInfoComparesScriptsAsSets: a plugin that lists its scripts (or a
 // script's commands) from a map answers Init in another order after a
-// restart; it is still the same plugin and must be restarted.
+// restart; it is still the same plugin and must be restarted. One that
+// declares other traits is not: the rules were compiled with the first.
 func TestSameInfoComparesScriptsAsSets(t *testing.T) {
-	first := sdk.Info{Name: "p", Version: "1", Scripts: []sdk.Script{
+	first := sdk.Info{Name: "p", Version: "1", Traits: sdk.Traits{FirmDenials: true, Refunds: true}, Scripts: []sdk.Script{
 		{Name: "take", Source: "return 1", Commands: []string{"GET", "SET", "PEXPIRE"}},
 		{Name: "peek", Source: "return 2", Commands: []string{"GET"}},
 	}}
 	with := func(f func(*sdk.Info)) *sdk.Info {
-		info := sdk.Info{Name: first.Name, Version: first.Version}
+		info := sdk.Info{Name: first.Name, Version: first.Version, Traits: first.Traits}
 		for _, s := range first.Scripts {
 			s.Commands = append([]string(nil), s.Commands...)
 			info.Scripts = append(info.Scripts, s)
@@ -41,6 +42,8 @@ func TestSameInfoComparesScriptsAsSets(t *testing.T) {
 		{"other source", with(func(i *sdk.Info) { i.Scripts[1].Source = "return 4" }), false},
 		{"a command more", with(func(i *sdk.Info) { i.Scripts[1].Commands = []string{"GET", "DEL"} }), false},
 		{"a command less", with(func(i *sdk.Info) { i.Scripts[0].Commands = []string{"GET", "SET"} }), false},
+		{"a trait more", with(func(i *sdk.Info) { i.Traits.Leasable = true }), false},
+		{"a trait less", with(func(i *sdk.Info) { i.Traits.FirmDenials = false }), false},
 	} {
 		if got := sameInfo(c.info, &first); got != c.same {
 			t.Errorf("%s: sameInfo = %v, want %v", c.name, got, c.same)

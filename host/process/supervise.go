@@ -125,7 +125,7 @@ func (p *Plugin) restart() error {
 	}
 	if !sameInfo(&in.info, &p.info) {
 		in.stop(stopGrace)
-		return fmt.Errorf("the executable now says it is %s %s with other scripts than %s %s when it was loaded; reload the rules to load it anew",
+		return fmt.Errorf("the executable now says it is %s %s with other scripts or traits than %s %s when it was loaded; reload the rules to load it anew",
 			in.info.Name, in.info.Version, p.info.Name, p.info.Version)
 	}
 	p.cfgMu.Lock()

@@ -39,14 +39,11 @@ func InfoFromPB(m *abipb.Info) sdk.Info {
 	return info
 }
 
-// DecideErrorToPB turns Decide's error into a response, marking a
-// refusal of the request as bad input.
+// DecideErrorToPB turns Decide's error into a response, as a Wasm guest
+// answers it (abi.DecideError).
 func DecideErrorToPB(err error) *abipb.DecideResponse {
-	var bad *sdk.BadRequestError
-	if errors.As(err, &bad) {
-		return &abipb.DecideResponse{Error: bad.Message, BadRequest: true}
-	}
-	return &abipb.DecideResponse{Error: err.Error()}
+	msg, bad := abi.DecideError(err)
+	return &abipb.DecideResponse{Error: msg, BadRequest: bad}
 }
 
 // ConfigureToPB encodes a rule's raw config under id, with sdk/abi's codec

@@ -2,6 +2,7 @@ package abi_test
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"math"
 	"reflect"
@@ -187,6 +188,35 @@ func TestDecideResponseRoundTripAndSchema(t *testing.T) {
 type marshaler struct{}
 
 func (marshaler) MarshalBinary() ([]byte, error) { return []byte("bin"), nil }
+
+// emptyError is an error whose message is empty.
+type emptyError struct{}
+
+func (emptyError) Error() string { return "" }
+
+// TestDecideError: what crosses for Decide's error, in a Wasm guest and a
+// process plugin alike. A refusal as bad input crosses as its message and
+// the mark, wrapped or not; no error crosses with an empty message, which
+// would read as no error at all.
+func TestDecideError(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		err     error
+		msg     string
+		badReqs bool
+	}{
+		{"plain", errors.New("redis: down"), "redis: down", false},
+		{"bad request", sdk.BadRequest("hits must be 1, got %d", 3), "hits must be 1, got 3", true},
+		{"wrapped bad request", fmt.Errorf("limiter: %w", sdk.BadRequest("no lease id")), "no lease id", true},
+		{"empty", emptyError{}, "Decide failed with an empty abi_test.emptyError", false},
+		{"bad request without a message", &sdk.BadRequestError{}, "Decide failed with an empty *sdk.BadRequestError", true},
+	} {
+		msg, bad := abi.DecideError(c.err)
+		if msg != c.msg || bad != c.badReqs {
+			t.Errorf("%s: %q %v, want %q %v", c.name, msg, bad, c.msg, c.badReqs)
+		}
+	}
+}
 
 func TestEvalRequestRoundTripAndSchema(t *testing.T) {
 	at := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)

@@ -307,6 +307,24 @@ type DecideResponse struct {
 	BadRequest bool
 }
 
+// DecideError returns what a DecideResponse carries for Decide's error:
+// the message, and whether it refuses the request as bad input (an
+// sdk.BadRequestError, wrapped or not, whose message alone crosses). The
+// message is never empty, as an empty one would cross as no error at all:
+// a zero decision.
+func DecideError(err error) (msg string, badRequest bool) {
+	var bad *sdk.BadRequestError
+	if errors.As(err, &bad) {
+		msg, badRequest = bad.Message, true
+	} else {
+		msg = err.Error()
+	}
+	if msg == "" {
+		msg = fmt.Sprintf("Decide failed with an empty %T", err)
+	}
+	return msg, badRequest
+}
+
 // Append appends m encoded.
 func (m *DecideResponse) Append(b []byte) []byte {
 	d := &m.Decision

@@ -33,7 +33,6 @@ package guest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -197,17 +196,7 @@ func (m *module) decide(in []byte) ([]byte, error) {
 	d, err := m.alg.Decide(context.Background(), m.host, cfg, req.Request)
 	m.host.active = false
 	if err != nil {
-		var bad *sdk.BadRequestError
-		if errors.As(err, &bad) {
-			resp.Error, resp.BadRequest = bad.Message, true
-		}
-		// An empty message would encode as no error at all: a zero decision.
-		if resp.Error == "" {
-			resp.Error = err.Error()
-		}
-		if resp.Error == "" {
-			resp.Error = fmt.Sprintf("guest: Decide failed with an empty %T", err)
-		}
+		resp.Error, resp.BadRequest = abi.DecideError(err)
 	} else {
 		resp.Decision = d
 	}
