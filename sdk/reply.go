@@ -234,38 +234,36 @@ func (r Reply) Ints(min int) ([]int64, error) {
 	return out, nil
 }
 
-// DecisionFromReply decodes the conventional decision reply that the
-// built-in scripts return:
+// DecisionFromReply decodes the reply of a script that declares
+// DecisionShape:
 //
-//	{allowed (0|1), granted, limit, remaining, reset_us, retry_after_us [, delay_us]}
+//	{allowed (1|0), granted, limit, remaining, reset_us, retry_after_us}
 //
-// Times are integer microseconds. window is copied into Decision.Window.
+// exactly; any other reply is an error. Times are integer microseconds.
+// window is copied into Decision.Window. A script whose reply holds more
+// (a delay, the plugin's own fields) declares its own Shape and decodes
+// with Shape.Decision.
 func DecisionFromReply(r Reply, window time.Duration) (Decision, error) {
-	var v [7]int64 // on the stack: no allocation per decision
-	switch n := r.Len(); {
-	case r.kind != ReplyArray:
-		return Decision{}, fmt.Errorf("decision reply: sdk: reply %v is not an array", r.Value())
-	case n < 6:
-		return Decision{}, fmt.Errorf("decision reply: sdk: reply has %d elements, want at least 6", n)
-	case r.ints != nil:
-		copy(v[:], r.ints)
-	default:
-		for i := range min(n, len(v)) {
-			var err error
-			if v[i], err = r.arr[i].Int64(); err != nil {
-				return Decision{}, fmt.Errorf("decision reply: sdk: element %d: %w", i, err)
-			}
-		}
+	d, err := DecisionShape.Decision(r, window)
+	if err != nil {
+		return Decision{}, fmt.Errorf("decision reply: %w", err)
 	}
-	d := Decision{
-		Allowed:    v[0] == 1,
-		Granted:    v[1],
-		Limit:      v[2],
-		Remaining:  v[3],
-		Window:     window,
-		Reset:      time.Duration(v[4]) * time.Microsecond,
-		RetryAfter: time.Duration(v[5]) * time.Microsecond,
-	}
-	d.Delay = time.Duration(v[6]) * time.Microsecond // 0 when absent
 	return d, nil
+}
+
+// describe names what the reply holds, for errors.
+func (r Reply) describe() string {
+	switch r.kind {
+	case ReplyNil:
+		return "nil"
+	case ReplyInt:
+		return "the integer " + strconv.FormatInt(r.n, 10)
+	case ReplyString:
+		if len(r.s) > 40 {
+			return strconv.Quote(r.s[:40]) + "…"
+		}
+		return strconv.Quote(r.s)
+	default:
+		return fmt.Sprintf("an array of %d elements", r.Len())
+	}
 }

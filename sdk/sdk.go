@@ -118,6 +118,12 @@ type Script struct {
 	// the prelude's own command is always allowed). On a Redis where ruled
 	// manages ACL users the plugin may call exactly these.
 	Commands []string
+	// Returns declares the script's reply. The host rejects any other
+	// reply (an error naming the plugin, the script and what was wrong)
+	// before the plugin sees it, and decodes the decision of a step that
+	// Decides with it. nil declares nothing and leaves every reply to the
+	// plugin (modules built before Returns existed).
+	Returns *Shape
 }
 
 // Host is the capability a plugin decides through. A Host is scoped to one

@@ -394,9 +394,14 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		if _, dup := p.scripts[s.Name]; dup {
 			return nil, fmt.Errorf("capability: plugin %s: script %q declared twice", plugin, s.Name)
 		}
+		if s.Returns != nil {
+			if err := s.Returns.CheckNames(); err != nil {
+				return nil, fmt.Errorf("capability: plugin %s: script %q: Returns: %w", plugin, s.Name, err)
+			}
+		}
 		src := Source(plugin, s.Name, s.Source)
 		rs := redis.NewScript(src)
-		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash()}
+		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash(), returns: s.Returns}
 		c.byHash.Store(rs.Hash(), [2]string{plugin, s.Name})
 	}
 	if err := CheckCommands(scripts); err != nil {
@@ -610,8 +615,17 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 		return sdk.Reply{}, err
 	}
 	br.record(false, probe)
+	reply := sdk.NewReply(v)
+	if s.returns != nil {
+		if err := s.returns.Check(reply); err != nil {
+			// Redis answered: a plugin bug, not an outage.
+			err := &Error{Class: ClassScript, Plugin: p.name, Script: script, Err: fmt.Errorf("not the declared reply: %w", err)}
+			p.cap.observe(p.name, script, br.node, time.Since(start), err)
+			return sdk.Reply{}, err
+		}
+	}
 	p.cap.observe(p.name, script, br.node, time.Since(start), nil)
-	return sdk.NewReply(v), nil
+	return reply, nil
 }
 
 // script is a declared script: go-redis's Script (EVALSHA, EVAL on
@@ -621,6 +635,8 @@ type script struct {
 	src string
 	// hashArg is the hash boxed once, for the command line of every call.
 	hashArg any
+	// returns is the declared reply shape, nil when none.
+	returns *sdk.Shape
 }
 
 // run runs one script call; call is the EVALSHA command line and keys the

@@ -26,12 +26,13 @@ const (
 // instance is one instantiated module. It is used by one goroutine at a time:
 // the pool hands it out and takes it back.
 type instance struct {
-	p    *Plugin
-	mod  api.Module
-	mem  api.Memory
-	info sdk.Info // what ruled_init answered
+	p     *Plugin
+	mod   api.Module
+	mem   api.Memory
+	info  sdk.Info // what ruled_init answered
+	steps bool     // and whether the module decides in steps
 
-	fnBuf, fnInit, fnConfigure, fnDecide api.Function
+	fnBuf, fnInit, fnConfigure, fnDecide, fnStep api.Function
 
 	stack          [2]uint64 // parameters and results of export calls
 	bufPtr, bufCap uint32    // the guest buffer ruled_buf handed out
@@ -80,6 +81,7 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 	in.fnInit = mod.ExportedFunction(abi.ExportInit)
 	in.fnConfigure = mod.ExportedFunction(abi.ExportConfigure)
 	in.fnDecide = mod.ExportedFunction(abi.ExportDecide)
+	in.fnStep = mod.ExportedFunction(abi.ExportStep)
 	p.created.Add(1)
 
 	in.begin(nil)
@@ -87,8 +89,10 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 	in.enc = (&abi.InitRequest{ABIVersion: abi.Version}).Append(in.enc[:0])
 	out, err := in.call(ctx, in.fnInit, abi.ExportInit, in.enc)
 	if err == nil {
-		if in.info, err = abi.DecodeInfo(out); err != nil {
+		if in.info, in.steps, err = abi.DecodeInfo(out); err != nil {
 			err = in.fail(abi.ExportInit, err)
+		} else if in.steps && in.fnStep == nil {
+			err = in.fail(abi.ExportInit, fmt.Errorf("Info declares steps, but the module does not export %s", abi.ExportStep))
 		}
 	}
 	if err != nil {
@@ -214,24 +218,63 @@ func (in *instance) configureInCall(ctx context.Context, id uint64, msg []byte) 
 	return resp.Errors, nil
 }
 
+// ensureConfigured replays config id if this instance has not seen it.
+func (in *instance) ensureConfigured(ctx context.Context, id uint64) error {
+	if _, ok := in.configured[id]; ok {
+		return nil
+	}
+	msg, live := in.p.configMessage(id)
+	if !live {
+		return fmt.Errorf("wasm plugin %s: config %d is no longer in use", in.p.name(), id)
+	}
+	problems, err := in.configureInCall(ctx, id, msg)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("wasm plugin %s: a fresh instance refused a config accepted before: %s",
+			in.p.name(), strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// step sends a StepRequest (its config replayed first if needed) and
+// returns the guest's next step. The instance is not in a decision: the
+// guest cannot call redis_eval.
+func (in *instance) step(ctx context.Context, req *abi.StepRequest) (sdk.Step, error) {
+	in.begin(nil)
+	defer in.end()
+	if err := in.ensureConfigured(ctx, req.ConfigID); err != nil {
+		return sdk.Step{}, err
+	}
+	in.enc = req.Append(in.enc[:0])
+	out, err := in.call(ctx, in.fnStep, abi.ExportStep, in.enc)
+	if err != nil {
+		return sdk.Step{}, err
+	}
+	var resp abi.StepResponse
+	if err := resp.Decode(out); err != nil {
+		return sdk.Step{}, in.fail(abi.ExportStep, err)
+	}
+	switch {
+	case resp.BadRequest:
+		return sdk.Step{}, &sdk.BadRequestError{Message: resp.Error}
+	case resp.Error != "":
+		return sdk.Step{}, &decideError{msg: "wasm plugin " + in.p.name() + ": " + resp.Error}
+	case resp.Call.Script == "":
+		return sdk.Done(resp.Decision), nil
+	}
+	return sdk.Step{Script: resp.Call.Script, Keys: resp.Call.Keys, Args: resp.Call.Args,
+		Decides: resp.Decides, Window: resp.Window, State: resp.State}, nil
+}
+
 // decide replays the config if this instance has not seen it, then asks the
 // guest to decide r.
 func (in *instance) decide(ctx context.Context, h sdk.Host, id uint64, r *sdk.Request) (sdk.Decision, error) {
 	in.begin(h)
 	defer in.end()
-	if _, ok := in.configured[id]; !ok {
-		msg, live := in.p.configMessage(id)
-		if !live {
-			return sdk.Decision{}, fmt.Errorf("wasm plugin %s: config %d is no longer in use", in.p.name(), id)
-		}
-		problems, err := in.configureInCall(ctx, id, msg)
-		if err != nil {
-			return sdk.Decision{}, err
-		}
-		if len(problems) > 0 {
-			return sdk.Decision{}, fmt.Errorf("wasm plugin %s: a fresh instance refused a config accepted before: %s",
-				in.p.name(), strings.Join(problems, "; "))
-		}
+	if err := in.ensureConfigured(ctx, id); err != nil {
+		return sdk.Decision{}, err
 	}
 	req := abi.DecideRequest{ConfigID: id, Request: *r}
 	in.enc = req.Append(in.enc[:0])

@@ -126,6 +126,10 @@ type Plugin struct {
 	code  wazero.CompiledModule
 	mcfg  wazero.ModuleConfig
 	pool  *pool
+	// steps: the module decides in steps (ruled_step); shapes are its
+	// scripts' declared replies.
+	steps  bool
+	shapes sdk.ShapeOf
 
 	nextID  atomic.Uint64
 	mu      sync.RWMutex
@@ -218,7 +222,7 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 		first.close()
 		return nil, err
 	}
-	p.info = first.info
+	p.info, p.steps, p.shapes = first.info, first.steps, sdk.ShapesOf(first.info)
 	p.log = opts.Logger.With("plugin", p.info.Name)
 	p.pool = newPool(p, opts.PoolSize)
 	p.pool.add(first)
@@ -298,6 +302,11 @@ func checkInfo(info *sdk.Info) error {
 			return fmt.Errorf("plugin %s: script name %q empty or declared twice", info.Name, s.Name)
 		}
 		seen[s.Name] = true
+		if s.Returns != nil {
+			if err := s.Returns.CheckNames(); err != nil {
+				return fmt.Errorf("plugin %s: script %q: %w", info.Name, s.Name, err)
+			}
+		}
 	}
 	return nil
 }
@@ -312,6 +321,11 @@ func (p *Plugin) Info() sdk.Info {
 	}
 	return info
 }
+
+// Steps reports whether the module decides in steps (ABI ruled_step): the
+// driver then runs each script call itself, holding no instance while
+// Redis answers.
+func (p *Plugin) Steps() bool { return p.steps }
 
 // Path returns the file the plugin was loaded from (the name given to
 // LoadBytes).
@@ -389,9 +403,29 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 	if !ok || cfg.p != p {
 		return sdk.Decision{}, fmt.Errorf("wasm plugin %s: config of type %T is not one of this plugin's", p.info.Name, c)
 	}
+	if p.steps {
+		d, err := sdk.DecideSteps(ctx, h, stepper{p, cfg}, p.shapes, c, r)
+		runtime.KeepAlive(cfg) // its cleanup would forget the config
+		return d, err
+	}
+	in, err := p.acquire(ctx, "decide")
+	if err != nil {
+		return sdk.Decision{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
+	d, err := in.decide(cctx, h, cfg.id, &r)
+	cancel()
+	p.pool.put(in)
+	runtime.KeepAlive(cfg) // its cleanup would forget the config
+	return d, err
+}
+
+// acquire takes an instance from the pool for a call named what, waiting
+// at most Options.CallTimeout for one.
+func (p *Plugin) acquire(ctx context.Context, what string) (*instance, error) {
 	if err := ctx.Err(); err != nil {
 		// A call with a done context would only kill an instance.
-		return sdk.Decision{}, p.errorf("decide", err)
+		return nil, p.errorf(what, err)
 	}
 	in, err := p.pool.tryGet()
 	if in == nil && err == nil {
@@ -400,18 +434,51 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 		cancel()
 	}
 	if err != nil {
-		return sdk.Decision{}, p.errorf("decide", err)
+		return nil, p.errorf(what, err)
 	}
 	if err := ctx.Err(); err != nil { // done while a new instance started
 		p.pool.put(in)
-		return sdk.Decision{}, p.errorf("decide", err)
+		return nil, p.errorf(what, err)
+	}
+	return in, nil
+}
+
+// stepper runs a module's steps for sdk.DecideSteps: each step takes an
+// instance for one ruled_step call and gives it back before the host runs
+// the step's script, so no instance waits on Redis.
+type stepper struct {
+	p   *Plugin
+	cfg *config
+}
+
+func (s stepper) Info() sdk.Info                                   { return s.p.Info() }
+func (s stepper) Configure(raw map[string]any) (sdk.Config, error) { return s.p.Configure(raw) }
+func (s stepper) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Request) (sdk.Decision, error) {
+	return s.p.Decide(ctx, h, c, r)
+}
+
+// Start implements sdk.Stepper with a first ruled_step.
+func (s stepper) Start(ctx context.Context, _ sdk.Config, r sdk.Request) (sdk.Step, error) {
+	return s.p.step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: s.cfg.id, Request: r}})
+}
+
+// Resume implements sdk.Stepper with a ruled_step that carries the reply.
+func (s stepper) Resume(ctx context.Context, _ sdk.Config, r sdk.Request, step sdk.Step, reply sdk.Reply) (sdk.Step, error) {
+	return s.p.step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: s.cfg.id, Request: r},
+		Resume: true, Script: step.Script, State: step.State, Reply: reply})
+}
+
+// step runs one ruled_step on a pooled instance.
+func (p *Plugin) step(ctx context.Context, req *abi.StepRequest) (sdk.Step, error) {
+	in, err := p.acquire(ctx, "step")
+	if err != nil {
+		return sdk.Step{}, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
-	d, err := in.decide(cctx, h, cfg.id, &r)
+	s, err := in.step(cctx, req)
 	cancel()
 	p.pool.put(in)
-	runtime.KeepAlive(cfg) // its cleanup would forget the config
-	return d, err
+	return s, err
 }
 
 func (p *Plugin) errorf(what string, err error) error {

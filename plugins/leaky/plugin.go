@@ -7,6 +7,7 @@ package leaky
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,6 +67,7 @@ func (Plugin) Info() sdk.Info {
 		Name:     "decide",
 		Source:   script,
 		Commands: []string{"HMGET", "HSET", "PEXPIRE", "DEL"},
+		Returns:  decideReply,
 	}},
 		// Not leasable: in shape mode a grant carries its own delay.
 		Traits: sdk.Traits{FirmDenials: true, Refunds: true},
@@ -103,11 +105,24 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 // decideKeys are the decide script's keys, shared by every call.
 var decideKeys = []string{"bucket"}
 
+// decideReply is the decide script's reply: a decision with the delay of a
+// shaped grant.
+var decideReply = sdk.NewShape(sdk.FieldAllowed, sdk.FieldGranted, sdk.FieldLimit, sdk.FieldRemaining,
+	sdk.FieldReset, sdk.FieldRetryAfter, sdk.FieldDelay)
+
+// shapes are the declared reply shapes, for DecideSteps.
+var shapes = sdk.ShapesOf(Plugin{}.Info())
+
 // Decide implements sdk.Algorithm. DedupID is ignored.
-func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+}
+
+// Start implements sdk.Stepper: one script call, whose reply is the decision.
+func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Step, error) {
 	c, ok := cfg.(Config)
 	if !ok {
-		return sdk.Decision{}, fmt.Errorf("leaky: config of type %T", cfg)
+		return sdk.Step{}, fmt.Errorf("leaky: config of type %T", cfg)
 	}
 	shape, best := 0, 0
 	if c.Mode == Shape {
@@ -117,16 +132,13 @@ func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Re
 		best = 1
 	}
 	window := c.Window()
-	reply, err := h.Eval(ctx, "decide", decideKeys,
-		c.Capacity, c.PerUS(), c.Rate, shape, req.Hits, best, window.Microseconds())
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("leaky: %w", err)
-	}
-	d, err := sdk.DecisionFromReply(reply, window)
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("leaky: %w", err)
-	}
-	return d, nil
+	return sdk.Run("decide", decideKeys,
+		c.Capacity, c.PerUS(), c.Rate, shape, req.Hits, best, window.Microseconds()).ThenDecide(window), nil
+}
+
+// Resume implements sdk.Stepper; the one step decides, so it is never called.
+func (Plugin) Resume(context.Context, sdk.Config, sdk.Request, sdk.Step, sdk.Reply) (sdk.Step, error) {
+	return sdk.Step{}, errors.New("leaky: no step to resume")
 }
 
 // ceilDiv is ⌈a / b⌉ for a >= 0 and b >= 1.
@@ -136,3 +148,5 @@ func ceilDiv(a, b int64) int64 {
 	}
 	return (a-1)/b + 1
 }
+
+var _ sdk.Stepper = Plugin{}

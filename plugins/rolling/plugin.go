@@ -6,6 +6,7 @@ package rolling
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -56,6 +57,7 @@ func (Plugin) Info() sdk.Info {
 		Name:     "decide",
 		Source:   script,
 		Commands: []string{"HGETALL", "HMGET", "HGET", "HINCRBY", "HSET", "HDEL", "DEL", "PEXPIRE"},
+		Returns:  sdk.DecisionShape,
 	}},
 		Traits: sdk.Traits{FirmDenials: true, Leasable: true, Refunds: true},
 	}
@@ -88,24 +90,31 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 // decideKeys are the decide script's keys, shared by every call.
 var decideKeys = []string{"c", "d0", "d1"}
 
+// shapes are the declared reply shapes, for DecideSteps.
+var shapes = sdk.ShapesOf(Plugin{}.Info())
+
 // Decide implements sdk.Algorithm.
-func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+}
+
+// Start implements sdk.Stepper: one script call, whose reply is the decision.
+func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Step, error) {
 	c, ok := cfg.(Config)
 	if !ok {
-		return sdk.Decision{}, fmt.Errorf("rolling: config of type %T", cfg)
+		return sdk.Step{}, fmt.Errorf("rolling: config of type %T", cfg)
 	}
 	best := 0
 	if req.BestEffort {
 		best = 1
 	}
-	reply, err := h.Eval(ctx, "decide", decideKeys,
-		c.Limit, c.Window.Microseconds(), c.BucketUS(), req.Hits, req.DedupID, best)
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("rolling: %w", err)
-	}
-	d, err := sdk.DecisionFromReply(reply, c.Window)
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("rolling: %w", err)
-	}
-	return d, nil
+	return sdk.Run("decide", decideKeys,
+		c.Limit, c.Window.Microseconds(), c.BucketUS(), req.Hits, req.DedupID, best).ThenDecide(c.Window), nil
 }
+
+// Resume implements sdk.Stepper; the one step decides, so it is never called.
+func (Plugin) Resume(context.Context, sdk.Config, sdk.Request, sdk.Step, sdk.Reply) (sdk.Step, error) {
+	return sdk.Step{}, errors.New("rolling: no step to resume")
+}
+
+var _ sdk.Stepper = Plugin{}

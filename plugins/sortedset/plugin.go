@@ -7,7 +7,6 @@ package sortedset
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"time"
 
@@ -64,6 +63,7 @@ func (Plugin) Info() sdk.Info {
 		Source: script,
 		Commands: []string{"ZREMRANGEBYSCORE", "ZREMRANGEBYRANK", "ZCOUNT", "ZCARD", "ZRANGE", "ZADD",
 			"HMGET", "HSET", "PEXPIRE"},
+		Returns: decideReply,
 	}},
 		// Denials are not firm (with count_denied a denied request extends the
 		// denial) and grants are not leasable (min_gap spaces requests).
@@ -135,11 +135,25 @@ func unjoin(err error) []error {
 // decideKeys are the decide script's keys, shared by every call.
 var decideKeys = []string{"log", "meta"}
 
+// decideReply is the decide script's reply: a decision, and which of the
+// configured rates (0 the first) its limit, remaining and reset describe.
+var decideReply = sdk.NewShape(sdk.FieldAllowed, sdk.FieldGranted, sdk.FieldLimit, sdk.FieldRemaining,
+	sdk.FieldReset, sdk.FieldRetryAfter, sdk.FieldDelay, "rate")
+
+// shapes are the declared reply shapes, for DecideSteps.
+var shapes = sdk.ShapesOf(Plugin{}.Info())
+
 // Decide implements sdk.Algorithm. DedupID is ignored.
-func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+}
+
+// Start implements sdk.Stepper: one script call; Resume reads which rate the
+// reply describes, for its window.
+func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Step, error) {
 	c, ok := cfg.(Config)
 	if !ok {
-		return sdk.Decision{}, fmt.Errorf("sortedset: config of type %T", cfg)
+		return sdk.Step{}, fmt.Errorf("sortedset: config of type %T", cfg)
 	}
 	rates := c.Rates()
 	args := make([]any, 0, 2*len(rates)+5)
@@ -155,21 +169,29 @@ func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Re
 		best = 1
 	}
 	args = append(args, c.MinGap.Microseconds(), countDenied, req.Hits, best)
-	reply, err := h.Eval(ctx, "decide", decideKeys, args...)
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("sortedset: %w", err)
-	}
-	// The eighth element says which rate limit, remaining and reset describe.
-	v, err := reply.Ints(8)
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("sortedset: %w", err)
-	}
-	if v[7] < 0 || v[7] >= int64(len(rates)) {
-		return sdk.Decision{}, errors.New("sortedset: reply names no configured rate")
-	}
-	d, err := sdk.DecisionFromReply(reply, rates[v[7]].Window)
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("sortedset: %w", err)
-	}
-	return d, nil
+	return sdk.Run("decide", decideKeys, args...), nil
 }
+
+// Resume implements sdk.Stepper: the reply of Start's call, with the window
+// of the rate it describes.
+func (Plugin) Resume(_ context.Context, cfg sdk.Config, _ sdk.Request, _ sdk.Step, reply sdk.Reply) (sdk.Step, error) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Step{}, fmt.Errorf("sortedset: config of type %T", cfg)
+	}
+	rates := c.Rates()
+	rate, err := decideReply.Int(reply, "rate")
+	if err != nil {
+		return sdk.Step{}, fmt.Errorf("sortedset: %w", err)
+	}
+	if rate < 0 || rate >= int64(len(rates)) {
+		return sdk.Step{}, fmt.Errorf("sortedset: reply names rate %d, %d configured", rate, len(rates))
+	}
+	d, err := decideReply.Decision(reply, rates[rate].Window)
+	if err != nil {
+		return sdk.Step{}, fmt.Errorf("sortedset: %w", err)
+	}
+	return sdk.Done(d), nil
+}
+
+var _ sdk.Stepper = Plugin{}

@@ -14,6 +14,7 @@ package tokenbucket
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -61,6 +62,7 @@ func (Plugin) Info() sdk.Info {
 		Name:     "decide",
 		Source:   script,
 		Commands: []string{"HMGET", "HSET", "PEXPIRE", "DEL"},
+		Returns:  sdk.DecisionShape,
 	}},
 		Traits: sdk.Traits{FirmDenials: true, Leasable: true, Refunds: true},
 	}
@@ -97,23 +99,30 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 // decideKeys are the decide script's keys, shared by every call.
 var decideKeys = []string{"b"}
 
+// shapes are the declared reply shapes, for DecideSteps.
+var shapes = sdk.ShapesOf(Plugin{}.Info())
+
 // Decide implements sdk.Algorithm.
-func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+}
+
+// Start implements sdk.Stepper: one script call, whose reply is the decision.
+func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Step, error) {
 	c, ok := cfg.(Config)
 	if !ok {
-		return sdk.Decision{}, fmt.Errorf("tokenbucket: config of type %T", cfg)
+		return sdk.Step{}, fmt.Errorf("tokenbucket: config of type %T", cfg)
 	}
 	best := 0
 	if req.BestEffort {
 		best = 1
 	}
-	reply, err := h.Eval(ctx, "decide", decideKeys, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best)
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("tokenbucket: %w", err)
-	}
-	d, err := sdk.DecisionFromReply(reply, c.Window())
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("tokenbucket: %w", err)
-	}
-	return d, nil
+	return sdk.Run("decide", decideKeys, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best).ThenDecide(c.Window()), nil
 }
+
+// Resume implements sdk.Stepper; the one step decides, so it is never called.
+func (Plugin) Resume(context.Context, sdk.Config, sdk.Request, sdk.Step, sdk.Reply) (sdk.Step, error) {
+	return sdk.Step{}, errors.New("tokenbucket: no step to resume")
+}
+
+var _ sdk.Stepper = Plugin{}

@@ -34,6 +34,12 @@ const (
 	// ExportDecide takes a DecideRequest and answers a DecideResponse:
 	// (ptr, len i32) -> (packed i64).
 	ExportDecide = "ruled_decide"
+	// ExportStep takes a StepRequest and answers a StepResponse:
+	// (ptr, len i32) -> (packed i64). Optional (an ABI v1 addition): a
+	// module that declares Info.steps provides it, and the host then
+	// decides through it instead of ExportDecide, running each script
+	// call itself between steps.
+	ExportStep = "ruled_step"
 )
 
 // Imports the host provides to guests, all in module ImportModule.

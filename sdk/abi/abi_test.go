@@ -21,17 +21,17 @@ var longSource = strings.Repeat("-- a long script line\n", 900) // > 16 KiB: a 3
 
 func testInfo() sdk.Info {
 	return sdk.Info{Name: "gcra", Version: "1.2.3", Scripts: []sdk.Script{
-		{Name: "decide", Source: longSource, Commands: []string{"HGET", "HSET", "PEXPIRE"}},
+		{Name: "decide", Source: longSource, Commands: []string{"HGET", "HSET", "PEXPIRE"}, Returns: sdk.DecisionShape},
 		{Name: "peek", Source: "return 1", Commands: nil},
 	}, Traits: sdk.Traits{FirmDenials: true, Refunds: true}}
 }
 
 func TestInfoRoundTripAndSchema(t *testing.T) {
 	info := testInfo()
-	b := abi.AppendInfo(nil, &info)
-	got, err := abi.DecodeInfo(b)
-	if err != nil || !reflect.DeepEqual(got, info) {
-		t.Fatalf("round trip: %+v, %v", got, err)
+	b := abi.AppendInfo(nil, &info, true)
+	got, steps, err := abi.DecodeInfo(b)
+	if err != nil || !reflect.DeepEqual(got, info) || !steps {
+		t.Fatalf("round trip: %+v, %v, %v", got, steps, err)
 	}
 	var pb abipb.Info
 	if err := proto.Unmarshal(b, &pb); err != nil {
@@ -39,17 +39,19 @@ func TestInfoRoundTripAndSchema(t *testing.T) {
 	}
 	if pb.Name != "gcra" || len(pb.Scripts) != 2 || pb.Scripts[0].Source != longSource ||
 		!reflect.DeepEqual(pb.Scripts[0].Commands, []string{"HGET", "HSET", "PEXPIRE"}) ||
-		!pb.Traits.GetFirmDenials() || pb.Traits.GetLeasable() || !pb.Traits.GetRefunds() {
+		!pb.Traits.GetFirmDenials() || pb.Traits.GetLeasable() || !pb.Traits.GetRefunds() ||
+		!reflect.DeepEqual(pb.Scripts[0].Returns, sdk.DecisionShape.Names()) || pb.Scripts[1].Returns != nil || !pb.Steps {
 		t.Fatalf("generated code reads %v", &pb)
 	}
 	pbBytes, _ := proto.Marshal(&pb)
-	if got, err = abi.DecodeInfo(pbBytes); err != nil || !reflect.DeepEqual(got, info) {
+	if got, steps, err = abi.DecodeInfo(pbBytes); err != nil || !reflect.DeepEqual(got, info) || !steps {
 		t.Fatalf("from generated code: %+v, %v", got, err)
 	}
-	// A module built before traits existed declares none.
-	info.Traits = sdk.Traits{}
-	if got, err = abi.DecodeInfo(abi.AppendInfo(nil, &info)); err != nil || got.Traits != (sdk.Traits{}) {
-		t.Fatalf("no traits: %+v, %v", got.Traits, err)
+	// A module built before traits, shapes and steps existed declares none.
+	info.Traits, info.Scripts[0].Returns = sdk.Traits{}, nil
+	if got, steps, err = abi.DecodeInfo(abi.AppendInfo(nil, &info, false)); err != nil || got.Traits != (sdk.Traits{}) ||
+		got.Scripts[0].Returns != nil || steps {
+		t.Fatalf("no traits: %+v, %v, %v", got.Traits, steps, err)
 	}
 }
 
@@ -422,14 +424,14 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 
 func FuzzDecoders(f *testing.F) {
 	info := testInfo()
-	f.Add(abi.AppendInfo(nil, &info))
+	f.Add(abi.AppendInfo(nil, &info, true))
 	cr, _ := (&abi.ConfigureRequest{ConfigID: 1, Config: testConfig()}).Append(nil)
 	f.Add(cr)
 	f.Add(abi.AppendReply(nil, sdk.NewReply([]any{int64(1), "x", []any{nil}})))
 	er, _ := (&abi.EvalRequest{Script: "s", Keys: []string{"k"}, Args: []any{1, "a", 0.5}}).Append(nil)
 	f.Add(er)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = abi.DecodeInfo(b)
+		_, _, _ = abi.DecodeInfo(b)
 		_, _ = abi.DecodeReply(b)
 		_, _ = abi.DecodeValue(b)
 		var c abi.ConfigureRequest
@@ -527,4 +529,54 @@ func replyOf(r *abipb.Reply) sdk.Reply {
 		return sdk.ArrayReply(arr)
 	}
 	return sdk.Reply{}
+}
+
+func TestStepMessagesRoundTripAndSchema(t *testing.T) {
+	// The first step is a DecideRequest: a module without ruled_step
+	// would read it as one.
+	first := abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: 3, Request: sdk.Request{Subject: "s", Hits: 2}}}
+	var dr abi.DecideRequest
+	if err := dr.Decode(first.Append(nil)); err != nil || !reflect.DeepEqual(dr, first.DecideRequest) {
+		t.Fatalf("as a DecideRequest: %+v, %v", dr, err)
+	}
+	resume := first
+	resume.Resume, resume.Script, resume.State = true, "decide", []byte{1, 2}
+	resume.Reply = sdk.IntsReply(1, 2, 3)
+	var got abi.StepRequest
+	if err := got.Decode(resume.Append(nil)); err != nil || !got.Resume || got.Script != "decide" ||
+		!reflect.DeepEqual(got.State, []byte{1, 2}) || !got.Reply.Equal(resume.Reply) || got.ConfigID != 3 || got.Request.Hits != 2 {
+		t.Fatalf("resume round trip: %+v, %v", got, err)
+	}
+	var pbReq abipb.StepRequest
+	if err := proto.Unmarshal(resume.Append(nil), &pbReq); err != nil || !pbReq.Resume || pbReq.Script != "decide" ||
+		len(pbReq.Reply.GetArrayValue().GetElems()) != 3 || pbReq.ConfigId != 3 {
+		t.Fatalf("generated code reads %v, %v", &pbReq, err)
+	}
+
+	call := abi.StepResponse{Call: abi.EvalRequest{Script: "decide", Keys: []string{"k"}, Args: []any{int64(7), "x"}},
+		Decides: true, Window: time.Minute, State: []byte("st")}
+	b, err := call.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp abi.StepResponse
+	if err := resp.Decode(b); err != nil || resp.Call.Script != "decide" || !reflect.DeepEqual(resp.Call.Keys, []string{"k"}) ||
+		!reflect.DeepEqual(resp.Call.Args, []any{int64(7), "x"}) || !resp.Decides || resp.Window != time.Minute || string(resp.State) != "st" {
+		t.Fatalf("call round trip: %+v, %v", resp, err)
+	}
+	var pbResp abipb.StepResponse
+	if err := proto.Unmarshal(b, &pbResp); err != nil || pbResp.Call.GetScript() != "decide" || !pbResp.Decides || pbResp.WindowUs != 60e6 {
+		t.Fatalf("generated code reads %v, %v", &pbResp, err)
+	}
+	// A final step is a DecideResponse, and decoding it clears the call.
+	final := abi.StepResponse{DecideResponse: abi.DecideResponse{Decision: sdk.Decision{Allowed: true, Limit: 5}}}
+	if b, err = final.Append(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Decode(b); err != nil || resp.Call.Script != "" || resp.Decides || !resp.Decision.Allowed || resp.Decision.Limit != 5 {
+		t.Fatalf("final round trip: %+v, %v", resp, err)
+	}
+	if _, err := (&abi.StepResponse{Call: abi.EvalRequest{Script: "x", Args: []any{struct{}{}}}}).Append(nil); err == nil {
+		t.Fatal("an argument that cannot cross was encoded")
+	}
 }

@@ -36,8 +36,9 @@ func (m *InitRequest) Decode(b []byte) error {
 	return nil
 }
 
-// AppendInfo appends info encoded as an Info message.
-func AppendInfo(b []byte, info *sdk.Info) []byte {
+// AppendInfo appends info encoded as an Info message; steps declares that
+// the module decides in steps (ExportStep).
+func AppendInfo(b []byte, info *sdk.Info, steps bool) []byte {
 	b = appendString(b, 1, info.Name)
 	b = appendString(b, 2, info.Version)
 	for i := range info.Scripts {
@@ -49,6 +50,11 @@ func AppendInfo(b []byte, info *sdk.Info) []byte {
 		for _, c := range s.Commands {
 			b = appendStringAlways(b, 3, c)
 		}
+		if s.Returns != nil {
+			for _, n := range s.Returns.Names() {
+				b = appendStringAlways(b, 4, n)
+			}
+		}
 		b = endNested(b, mark)
 	}
 	if t := info.Traits; t != (sdk.Traits{}) {
@@ -59,16 +65,16 @@ func AppendInfo(b []byte, info *sdk.Info) []byte {
 		b = appendBool(b, 3, t.Refunds)
 		b = endNested(b, mark)
 	}
-	return b
+	return appendBool(b, 5, steps)
 }
 
-// DecodeInfo decodes an Info message.
-func DecodeInfo(b []byte) (sdk.Info, error) {
-	var info sdk.Info
+// DecodeInfo decodes an Info message, and whether the module decides in
+// steps.
+func DecodeInfo(b []byte) (info sdk.Info, steps bool, err error) {
 	for len(b) > 0 {
 		f, rest, err := next(b)
 		if err != nil {
-			return sdk.Info{}, fmt.Errorf("abi: Info: %w", err)
+			return sdk.Info{}, false, fmt.Errorf("abi: Info: %w", err)
 		}
 		b = rest
 		switch {
@@ -79,18 +85,20 @@ func DecodeInfo(b []byte) (sdk.Info, error) {
 		case f.num == 3 && f.isBytes():
 			s, err := decodeScript(f.bytes)
 			if err != nil {
-				return sdk.Info{}, err
+				return sdk.Info{}, false, err
 			}
 			info.Scripts = append(info.Scripts, s)
 		case f.num == 4 && f.isBytes():
 			t, err := decodeTraits(f.bytes)
 			if err != nil {
-				return sdk.Info{}, err
+				return sdk.Info{}, false, err
 			}
 			info.Traits = t
+		case f.num == 5 && f.isVarint():
+			steps = f.u != 0
 		}
 	}
-	return info, nil
+	return info, steps, nil
 }
 
 func decodeTraits(b []byte) (sdk.Traits, error) {
@@ -118,6 +126,7 @@ func decodeTraits(b []byte) (sdk.Traits, error) {
 
 func decodeScript(b []byte) (sdk.Script, error) {
 	var s sdk.Script
+	var returns []string
 	for len(b) > 0 {
 		f, rest, err := next(b)
 		if err != nil {
@@ -134,7 +143,12 @@ func decodeScript(b []byte) (sdk.Script, error) {
 			s.Source = string(f.bytes)
 		case 3:
 			s.Commands = append(s.Commands, string(f.bytes))
+		case 4:
+			returns = append(returns, string(f.bytes))
 		}
+	}
+	if returns != nil {
+		s.Returns = sdk.NewShape(returns...)
 	}
 	return s, nil
 }
@@ -518,4 +532,133 @@ func DecodeArg(b []byte) (any, error) {
 		}
 	}
 	return v, nil
+}
+
+// StepRequest is the argument of ExportStep: a DecideRequest (the same
+// fields), and for a resumed step the step and its call's reply.
+type StepRequest struct {
+	DecideRequest
+	// Resume is false for the first step (sdk.Stepper.Start), true after
+	// a call (Resume).
+	Resume bool
+	// Script is the script the resumed step ran.
+	Script string
+	// State is the resumed step's State.
+	State []byte
+	// Reply is the call's reply.
+	Reply sdk.Reply
+}
+
+// Append appends m encoded.
+func (m *StepRequest) Append(b []byte) []byte {
+	b = m.DecideRequest.Append(b)
+	if !m.Resume {
+		return b
+	}
+	b = appendBool(b, 7, true)
+	b = appendString(b, 8, m.Script)
+	if len(m.State) > 0 {
+		b = appendTag(b, 9, protowire.BytesType)
+		b = protowire.AppendBytes(b, m.State)
+	}
+	b, mark := beginNested(b, 10)
+	b = AppendReply(b, m.Reply)
+	return endNested(b, mark)
+}
+
+// Decode decodes b into m.
+func (m *StepRequest) Decode(b []byte) error {
+	if err := m.DecideRequest.Decode(b); err != nil {
+		return err
+	}
+	m.Resume, m.Script, m.State, m.Reply = false, "", nil, sdk.Reply{}
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return fmt.Errorf("abi: StepRequest: %w", err)
+		}
+		b = rest
+		switch {
+		case f.num == 7 && f.isVarint():
+			m.Resume = f.u != 0
+		case f.num == 8 && f.isBytes():
+			m.Script = string(f.bytes)
+		case f.num == 9 && f.isBytes():
+			m.State = append([]byte(nil), f.bytes...)
+		case f.num == 10 && f.isBytes():
+			if m.Reply, err = DecodeReply(f.bytes); err != nil {
+				return fmt.Errorf("abi: StepRequest reply: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// StepResponse is the answer of ExportStep: a DecideResponse (the same
+// fields) when the step is final, or the call the host runs next.
+type StepResponse struct {
+	DecideResponse
+	// Call is the script to run next; its Script is empty when the step
+	// is final.
+	Call EvalRequest
+	// Decides makes the call's reply the decision (sdk.Step.Decides).
+	Decides bool
+	// Window is the decision's window when Decides; it crosses in whole
+	// microseconds.
+	Window time.Duration
+	// State is carried to the next StepRequest.
+	State []byte
+}
+
+// Append appends m encoded. It fails on a call argument that cannot cross
+// the ABI (AppendArg).
+func (m *StepResponse) Append(b []byte) ([]byte, error) {
+	if m.Call.Script == "" {
+		return m.DecideResponse.Append(b), nil
+	}
+	b, mark := beginNested(b, 4)
+	b, err := m.Call.Append(b)
+	if err != nil {
+		return b, err
+	}
+	b = endNested(b, mark)
+	b = appendBool(b, 5, m.Decides)
+	b = appendSint(b, 6, m.Window.Microseconds())
+	if len(m.State) > 0 {
+		b = appendTag(b, 7, protowire.BytesType)
+		b = protowire.AppendBytes(b, m.State)
+	}
+	return b, nil
+}
+
+// Decode decodes b into m, reusing m.Call's slices.
+func (m *StepResponse) Decode(b []byte) error {
+	if err := m.DecideResponse.Decode(b); err != nil {
+		return err
+	}
+	m.Call.Script, m.Call.Keys, m.Call.Args = "", m.Call.Keys[:0], m.Call.Args[:0]
+	m.Decides, m.Window, m.State = false, 0, nil
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return fmt.Errorf("abi: StepResponse: %w", err)
+		}
+		b = rest
+		switch {
+		case f.num == 4 && f.isBytes():
+			if err := m.Call.Decode(f.bytes); err != nil {
+				return fmt.Errorf("abi: StepResponse call: %w", err)
+			}
+			if m.Call.Script == "" {
+				return errors.New("abi: StepResponse call names no script")
+			}
+		case f.num == 5 && f.isVarint():
+			m.Decides = f.u != 0
+		case f.num == 6 && f.isVarint():
+			m.Window = time.Duration(f.sint()) * time.Microsecond
+		case f.num == 7 && f.isBytes():
+			m.State = append([]byte(nil), f.bytes...)
+		}
+	}
+	return nil
 }

@@ -79,11 +79,15 @@ const (
 // messages, calls the algorithm and encodes its answers.
 type module struct {
 	alg     sdk.Algorithm
+	stepper sdk.Stepper // alg when it decides in steps, else nil
 	imp     imports
 	host    *host
 	configs map[uint64]sdk.Config
 	lastID  uint64     // the config of the last decision, to skip the map
 	lastCfg sdk.Config // (function calls are expensive inside Wasm)
+
+	stepReq  abi.StepRequest // reused by every step
+	stepResp abi.StepResponse
 
 	in  []byte // the buffer ruled_buf hands out
 	out []byte // the last export's answer; capacity never 0
@@ -91,6 +95,7 @@ type module struct {
 
 func newModule(alg sdk.Algorithm, imp imports) *module {
 	m := &module{alg: alg, imp: imp, configs: map[uint64]sdk.Config{}, out: make([]byte, 0, 256)}
+	m.stepper, _ = alg.(sdk.Stepper)
 	m.host = &host{imp: imp, reply: make([]byte, initialReplyCap)}
 	return m
 }
@@ -138,7 +143,7 @@ func (m *module) initialize(in []byte) ([]byte, error) {
 		return nil, fmt.Errorf("host speaks ABI %d, this module ABI %d", req.ABIVersion, abi.Version)
 	}
 	info := m.alg.Info()
-	return abi.AppendInfo(m.out[:0], &info), nil
+	return abi.AppendInfo(m.out[:0], &info, m.stepper != nil), nil
 }
 
 // configure answers ruled_configure: the config is validated and kept under
@@ -182,12 +187,7 @@ func (m *module) decide(in []byte) ([]byte, error) {
 		return nil, err
 	}
 	var resp abi.DecideResponse
-	cfg, ok := m.lastCfg, req.ConfigID == m.lastID && req.ConfigID != 0
-	if !ok {
-		if cfg, ok = m.configs[req.ConfigID]; ok {
-			m.lastID, m.lastCfg = req.ConfigID, cfg
-		}
-	}
+	cfg, ok := m.config(req.ConfigID)
 	if !ok {
 		resp.Error = fmt.Sprintf("guest: unknown config id %d", req.ConfigID)
 		return resp.Append(m.out[:0]), nil
@@ -201,6 +201,65 @@ func (m *module) decide(in []byte) ([]byte, error) {
 		resp.Decision = d
 	}
 	return resp.Append(m.out[:0]), nil
+}
+
+// config returns the config kept under id.
+func (m *module) config(id uint64) (sdk.Config, bool) {
+	if id == m.lastID && id != 0 {
+		return m.lastCfg, true
+	}
+	cfg, ok := m.configs[id]
+	if ok {
+		m.lastID, m.lastCfg = id, cfg
+	}
+	return cfg, ok
+}
+
+// step answers ruled_step: the algorithm's Start, or its Resume with the
+// reply of the step's call.
+func (m *module) step(in []byte) ([]byte, error) {
+	if m.stepper == nil {
+		return nil, fmt.Errorf("%T does not decide in steps (Info did not declare steps)", m.alg)
+	}
+	req := &m.stepReq
+	if err := req.Decode(in); err != nil {
+		return nil, err
+	}
+	resp := &m.stepResp
+	*resp = abi.StepResponse{} // its slices are the plugin's: never reused
+	cfg, ok := m.config(req.ConfigID)
+	if !ok {
+		resp.Error = fmt.Sprintf("guest: unknown config id %d", req.ConfigID)
+		return resp.Append(m.out[:0])
+	}
+	var s sdk.Step
+	var err error
+	if req.Resume {
+		s, err = m.stepper.Resume(context.Background(), cfg, req.Request, sdk.Step{Script: req.Script, State: req.State}, req.Reply)
+	} else {
+		s, err = m.stepper.Start(context.Background(), cfg, req.Request)
+	}
+	if err == nil {
+		err = s.Check()
+	}
+	switch {
+	case err != nil:
+		resp.Error, resp.BadRequest = abi.DecideError(err)
+	case s.Final():
+		resp.Decision = s.Decision
+	default:
+		resp.Call.Script, resp.Call.Keys, resp.Call.Args = s.Script, s.Keys, s.Args
+		resp.Decides, resp.Window, resp.State = s.Decides, s.Window, s.State
+	}
+	out, err := resp.Append(m.out[:0])
+	if err != nil {
+		// An argument that cannot cross: the decision fails, as Eval
+		// with it would have.
+		*resp = abi.StepResponse{}
+		resp.Error = fmt.Sprintf("guest: step call %s: %v", s.Script, err)
+		return resp.Append(m.out[:0])
+	}
+	return out, nil
 }
 
 // host is the sdk.Host a guest's Decide receives.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+	"github.com/ruled-dev/ruled/plugins/sortedset"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
 	"github.com/ruled-dev/ruled/sdk/plugintest"
@@ -78,9 +79,12 @@ func newGlue(t *testing.T, alg sdk.Algorithm, h sdk.Host) *glue {
 	if !ok {
 		t.Fatalf("init failed: %v", imp.logs)
 	}
-	info, err := abi.DecodeInfo(out)
+	info, steps, err := abi.DecodeInfo(out)
 	if err != nil || fmt.Sprint(info) != fmt.Sprint(alg.Info()) {
 		t.Fatalf("Info through the glue: %+v, %v", info, err)
+	}
+	if _, stepper := alg.(sdk.Stepper); steps != stepper {
+		t.Fatalf("Info declares steps %v for a %T", steps, alg)
 	}
 	return g
 }
@@ -121,6 +125,93 @@ func (g *glue) decide(id uint64, r sdk.Request) (sdk.Decision, string, bool) {
 		g.t.Fatal(err)
 	}
 	return resp.Decision, resp.Error, true
+}
+
+// stepDecide decides through ruled_step the way the host does: it runs
+// each call through h and resumes, or decodes the reply of a step that
+// decides.
+func (g *glue) stepDecide(id uint64, r sdk.Request, h sdk.Host) (sdk.Decision, string) {
+	g.t.Helper()
+	req := abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: id, Request: r}}
+	for range sdk.MaxSteps + 1 {
+		out, ok := g.call(abi.ExportStep, req.Append(nil), (*module).step)
+		if !ok {
+			g.t.Fatalf("step failed: %v", g.imp.logs)
+		}
+		var resp abi.StepResponse
+		if err := resp.Decode(out); err != nil {
+			g.t.Fatal(err)
+		}
+		if resp.Call.Script == "" {
+			return resp.Decision, resp.Error
+		}
+		reply, err := h.Eval(context.Background(), resp.Call.Script, resp.Call.Keys, resp.Call.Args...)
+		if err != nil {
+			return sdk.Decision{}, err.Error()
+		}
+		if resp.Decides {
+			d, err := sdk.StepDecision(sdk.ShapesOf(g.m.alg.Info()),
+				sdk.Step{Script: resp.Call.Script, Decides: true, Window: resp.Window}, reply)
+			if err != nil {
+				return sdk.Decision{}, err.Error()
+			}
+			return d, ""
+		}
+		req.Resume, req.Script, req.State, req.Reply = true, resp.Call.Script, resp.State, reply
+	}
+	g.t.Fatal("no decision after MaxSteps steps")
+	return sdk.Decision{}, ""
+}
+
+// TestStepsDecideAsDecideDoes runs a one-step plugin (fixedwindow: the
+// reply is the decision) and a plugin that resumes (sortedset) through
+// ruled_step against real Redis, and compares every decision with the
+// plugin's own Decide.
+func TestStepsDecideAsDecideDoes(t *testing.T) {
+	for _, tc := range []struct {
+		alg sdk.Algorithm
+		raw map[string]any
+	}{
+		{fixedwindow.New(), map[string]any{"limit": 7, "window": "500ms"}},
+		{sortedset.New(), map[string]any{"limit": 4, "window": "300ms", "also": []any{map[string]any{"limit": 6, "window": "1s"}}}},
+	} {
+		env := plugintest.NewEnv(t)
+		reg := plugintest.Register(t, env.Capability(), tc.alg)
+		cfg := plugintest.Configure(t, tc.alg, tc.raw)
+		rng := rand.New(rand.NewPCG(3, 4))
+		steps := plugintest.RandomSteps(rng, 150, plugintest.StepOptions{Subjects: 2, MaxAdvance: 60 * time.Millisecond,
+			MinHits: 0, MaxHits: 3, BestEffort: 0.3})
+		g := newGlue(t, tc.alg, nil)
+		if problems := g.configure(5, tc.raw); problems != nil {
+			t.Fatal(problems)
+		}
+		allowed := 0
+		for i, s := range steps {
+			env.Clock.Advance(s.Advance)
+			want, err := tc.alg.Decide(context.Background(), reg.Host("native", s.Req.Subject), cfg, s.Req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, msg := g.stepDecide(5, s.Req, reg.Host("steps", s.Req.Subject))
+			if msg != "" || got != want {
+				t.Fatalf("%s step %d (%v): got %+v %q, want %+v", tc.alg.Info().Name, i, s, got, msg, want)
+			}
+			if got.Allowed {
+				allowed++
+			}
+		}
+		if allowed == 0 || allowed == len(steps) {
+			t.Fatalf("%s: %d of %d allowed: the steps test nothing", tc.alg.Info().Name, allowed, len(steps))
+		}
+	}
+}
+
+// A plugin that does not decide in steps refuses ruled_step.
+func TestStepNeedsAStepper(t *testing.T) {
+	g := newGlue(t, scripted{decide: func(context.Context, sdk.Host) (sdk.Decision, error) { return sdk.Decision{}, nil }}, nil)
+	if _, ok := g.call(abi.ExportStep, nil, (*module).step); ok || !strings.Contains(strings.Join(g.imp.logs, "\n"), "does not decide in steps") {
+		t.Fatalf("ruled_step answered for a plugin without steps: %v", g.imp.logs)
+	}
 }
 
 // TestFixedWindowThroughTheGlue runs the fixed-window plugin through the

@@ -38,6 +38,9 @@ func ruledConfigure(ptr, n uint32) uint64 {
 //go:wasmexport ruled_decide
 func ruledDecide(ptr, n uint32) uint64 { return call(abi.ExportDecide, ptr, n, (*module).decide) }
 
+//go:wasmexport ruled_step
+func ruledStep(ptr, n uint32) uint64 { return call(abi.ExportStep, ptr, n, (*module).step) }
+
 func call(name string, ptr, n uint32, handle func(*module, []byte) ([]byte, error)) uint64 {
 	m := registered
 	if m == nil {

@@ -197,9 +197,9 @@ func TestABIEdges(t *testing.T) {
 	m := newRawModule(t)
 	initReq := (&abi.InitRequest{ABIVersion: 1}).Append(nil)
 	out, ok := m.call(m.init, cat(unknownFields, initReq, unknownFields))
-	info, err := abi.DecodeInfo(out)
+	info, steps, err := abi.DecodeInfo(out)
 	native := fixedwindow.New().Info()
-	if !ok || err != nil || info.Name != "fixedwindow-as" || fmt.Sprint(info.Scripts) != fmt.Sprint(native.Scripts) {
+	if !ok || err != nil || info.Name != "fixedwindow-as" || fmt.Sprint(info.Scripts) != fmt.Sprint(native.Scripts) || steps {
 		t.Fatalf("ruled_init: %v %+v %v", ok, info, err)
 	}
 	if _, ok := m.call(m.init, (&abi.InitRequest{ABIVersion: 2}).Append(nil)); ok {

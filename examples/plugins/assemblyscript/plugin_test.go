@@ -256,24 +256,32 @@ func TestCapabilityErrorsUnwrap(t *testing.T) {
 		reply sdk.Reply
 		want  string
 	}{
-		{sdk.NewReply(nil), "decision reply: sdk: reply <nil> is not an array"},
-		{sdk.NewReply("x"), "decision reply: sdk: reply x is not an array"},
-		{sdk.IntsReply(1, 2, 3), "decision reply: sdk: reply has 3 elements, want at least 6"},
+		{sdk.NewReply(nil), "decision reply: reply is nil, want an array %[1]s"},
+		{sdk.NewReply("x"), `decision reply: reply is "x", want an array %[1]s`},
+		{sdk.NewReply(int64(-3)), `decision reply: reply is the integer -3, want an array %[1]s`},
+		{sdk.NewReply(strings.Repeat("z", 41)), `decision reply: reply is "` + strings.Repeat("z", 40) + `"…, want an array %[1]s`},
+		{sdk.IntsReply(1, 2, 3), "decision reply: reply has 3 elements, want 6: %[1]s"},
+		// A seventh element is not a delay: the script declares six.
+		{sdk.IntsReply(1, 2, 3, 4, 5, 0, 7), "decision reply: reply has 7 elements, want 6: %[1]s"},
+		{sdk.IntsReply(2, 2, 3, 4, 5, 0), `decision reply: reply element "allowed" is 2, want 1 or 0`},
 		{sdk.NewReply([]any{int64(1), int64(1), int64(1), "12", "x", int64(0)}),
-			`decision reply: sdk: element 4: sdk: reply "x" is not an integer`},
+			`decision reply: reply element "reset_us": sdk: reply "x" is not an integer`},
 		{sdk.NewReply([]any{int64(1), int64(1), int64(1), "12", strings.Repeat("y", 70000), int64(0)}),
-			`decision reply: sdk: element 4: sdk: reply "` + strings.Repeat("y", 70000) + `" is not an integer`},
+			`decision reply: reply element "reset_us": sdk: reply "` + strings.Repeat("y", 70000) + `" is not an integer`},
 	} {
+		if strings.Contains(tc.want, "%[1]s") {
+			tc.want = fmt.Sprintf(tc.want, "{allowed, granted, limit, remaining, reset_us, retry_after_us}")
+		}
 		_, err := w.Decide(context.Background(), &stubHost{reply: tc.reply}, cfg, sdk.Request{Subject: "s", Hits: 1})
 		_, errN := sdk.DecisionFromReply(tc.reply, time.Second)
 		if err == nil || !strings.HasSuffix(err.Error(), tc.want) || errN == nil || errN.Error() != tc.want {
 			t.Errorf("reply %v: error %v, want %s (native: %v)", tc.reply, err, tc.want, errN)
 		}
 	}
-	// A long reply goes through take_reply; a decision with 7 elements has a delay.
-	long := sdk.NewReply([]any{int64(1), int64(2), int64(3), "4", int64(5), int64(0), int64(7)})
+	// Elements may be strings that parse as integers.
+	long := sdk.NewReply([]any{int64(1), int64(2), int64(3), "4", int64(5), int64(0)})
 	d, err := w.Decide(context.Background(), &stubHost{reply: long}, cfg, sdk.Request{Subject: "s", Hits: 1})
-	want := sdk.Decision{Allowed: true, Granted: 2, Limit: 3, Remaining: 4, Window: time.Second, Reset: 5 * time.Microsecond, Delay: 7 * time.Microsecond}
+	want := sdk.Decision{Allowed: true, Granted: 2, Limit: 3, Remaining: 4, Window: time.Second, Reset: 5 * time.Microsecond}
 	if err != nil || d != want {
 		t.Errorf("decision %+v %v, want %+v", d, err, want)
 	}

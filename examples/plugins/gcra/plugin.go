@@ -44,6 +44,7 @@ package gcra
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -105,6 +106,7 @@ func (Plugin) Info() sdk.Info {
 		Name:     "decide",
 		Source:   script,
 		Commands: append([]string(nil), commands...),
+		Returns:  sdk.DecisionShape,
 	}},
 		// A denial changes nothing and holds until its retry-after; n hits
 		// at once decide as n single hits at that instant; hits < 0 refunds.
@@ -141,25 +143,36 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	return c, nil
 }
 
-// Decide implements sdk.Algorithm: one script call on the subject's key "tat".
-func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+// shapes are the declared reply shapes, for DecideSteps.
+var shapes = sdk.ShapesOf(Plugin{}.Info())
+
+// decideKeys are the decide script's keys: the subject's theoretical
+// arrival time.
+var decideKeys = []string{"tat"}
+
+// Decide implements sdk.Algorithm by running its one step.
+func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+}
+
+// Start implements sdk.Stepper: one script call on the subject's key "tat",
+// whose reply is the decision. The host runs it, so a Wasm instance of the
+// plugin is not held while Redis answers.
+func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Step, error) {
 	c, ok := cfg.(Config)
 	if !ok {
-		return sdk.Decision{}, fmt.Errorf("gcra: config of type %T", cfg)
+		return sdk.Step{}, fmt.Errorf("gcra: config of type %T", cfg)
 	}
 	best := 0
 	if req.BestEffort {
 		best = 1
 	}
-	reply, err := h.Eval(ctx, "decide", []string{"tat"}, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best)
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("gcra: %w", err)
-	}
-	d, err := sdk.DecisionFromReply(reply, c.Window())
-	if err != nil {
-		return sdk.Decision{}, fmt.Errorf("gcra: %w", err)
-	}
-	return d, nil
+	return sdk.Run("decide", decideKeys, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best).ThenDecide(c.Window()), nil
+}
+
+// Resume implements sdk.Stepper; the one step decides, so it is never called.
+func (Plugin) Resume(context.Context, sdk.Config, sdk.Request, sdk.Step, sdk.Reply) (sdk.Step, error) {
+	return sdk.Step{}, errors.New("gcra: no step to resume")
 }
 
 // ceilDiv is a / b rounded up, for a >= 0 and b > 0.
@@ -171,4 +184,4 @@ func ceilDiv(a, b int64) int64 {
 	return q
 }
 
-var _ sdk.Algorithm = Plugin{}
+var _ sdk.Stepper = Plugin{}

@@ -95,7 +95,11 @@ type Info struct {
 	// traits declares what the engine may assume about the plugin's
 	// decisions; absent, it assumes nothing (an ABI v1 addition: older
 	// modules declare nothing).
-	Traits        *Traits `protobuf:"bytes,4,opt,name=traits,proto3" json:"traits,omitempty"`
+	Traits *Traits `protobuf:"bytes,4,opt,name=traits,proto3" json:"traits,omitempty"`
+	// steps declares that the module decides in steps through ruled_step
+	// (an ABI v1 addition): the host then calls ruled_step instead of
+	// ruled_decide and runs each script call itself between steps.
+	Steps         bool `protobuf:"varint,5,opt,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +160,13 @@ func (x *Info) GetTraits() *Traits {
 		return x.Traits
 	}
 	return nil
+}
+
+func (x *Info) GetSteps() bool {
+	if x != nil {
+		return x.Steps
+	}
+	return false
 }
 
 // Traits are a plugin's promises about its decisions, each allowing one of
@@ -230,7 +241,12 @@ type Script struct {
 	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Source string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	// commands lists every Redis command the script calls (TIME excluded).
-	Commands      []string `protobuf:"bytes,3,rep,name=commands,proto3" json:"commands,omitempty"`
+	Commands []string `protobuf:"bytes,3,rep,name=commands,proto3" json:"commands,omitempty"`
+	// returns names the elements of the script's array reply, in order (an
+	// ABI v1 addition): the host refuses any other reply, and decodes the
+	// decision of a step that decides with these names. Absent: the reply is
+	// not checked.
+	Returns       []string `protobuf:"bytes,4,rep,name=returns,proto3" json:"returns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +298,13 @@ func (x *Script) GetSource() string {
 func (x *Script) GetCommands() []string {
 	if x != nil {
 		return x.Commands
+	}
+	return nil
+}
+
+func (x *Script) GetReturns() []string {
+	if x != nil {
+		return x.Returns
 	}
 	return nil
 }
@@ -1239,6 +1262,231 @@ func (x *Error) GetMessage() string {
 	return ""
 }
 
+// StepRequest is the argument of ruled_step (an ABI v1 addition). Fields 1
+// to 6 are DecideRequest's. The first step of a decision has resume false
+// and asks the plugin to start; each later one carries the step the plugin
+// returned and the reply of its call.
+type StepRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ConfigId   uint64                 `protobuf:"varint,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	Subject    []byte                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	Hits       int64                  `protobuf:"zigzag64,3,opt,name=hits,proto3" json:"hits,omitempty"`
+	DedupId    []byte                 `protobuf:"bytes,4,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
+	BestEffort bool                   `protobuf:"varint,5,opt,name=best_effort,json=bestEffort,proto3" json:"best_effort,omitempty"`
+	Attrs      map[string]string      `protobuf:"bytes,6,rep,name=attrs,proto3" json:"attrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Resume     bool                   `protobuf:"varint,7,opt,name=resume,proto3" json:"resume,omitempty"`
+	// script is the script the resumed step ran.
+	Script string `protobuf:"bytes,8,opt,name=script,proto3" json:"script,omitempty"`
+	// state is the resumed step's state, as the plugin returned it.
+	State []byte `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`
+	// reply is the reply of the resumed step's call, with the script's
+	// declared shape when it declares one.
+	Reply         *Reply `protobuf:"bytes,10,opt,name=reply,proto3" json:"reply,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepRequest) Reset() {
+	*x = StepRequest{}
+	mi := &file_sdk_abi_ruled_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepRequest) ProtoMessage() {}
+
+func (x *StepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_abi_ruled_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
+func (*StepRequest) Descriptor() ([]byte, []int) {
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StepRequest) GetConfigId() uint64 {
+	if x != nil {
+		return x.ConfigId
+	}
+	return 0
+}
+
+func (x *StepRequest) GetSubject() []byte {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *StepRequest) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *StepRequest) GetDedupId() []byte {
+	if x != nil {
+		return x.DedupId
+	}
+	return nil
+}
+
+func (x *StepRequest) GetBestEffort() bool {
+	if x != nil {
+		return x.BestEffort
+	}
+	return false
+}
+
+func (x *StepRequest) GetAttrs() map[string]string {
+	if x != nil {
+		return x.Attrs
+	}
+	return nil
+}
+
+func (x *StepRequest) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
+}
+
+func (x *StepRequest) GetScript() string {
+	if x != nil {
+		return x.Script
+	}
+	return ""
+}
+
+func (x *StepRequest) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *StepRequest) GetReply() *Reply {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
+// StepResponse is the answer to ruled_step. Fields 1 to 3 are
+// DecideResponse's: without a call the step is final and answers as
+// ruled_decide would. With a call the host runs it (as redis_eval would) and
+// then either decodes its reply as the decision (decides) or calls
+// ruled_step again with resume true.
+type StepResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Decision   *Decision              `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	Error      string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	BadRequest bool                   `protobuf:"varint,3,opt,name=bad_request,json=badRequest,proto3" json:"bad_request,omitempty"`
+	Call       *EvalRequest           `protobuf:"bytes,4,opt,name=call,proto3" json:"call,omitempty"`
+	// decides makes the call's reply the decision: the host decodes it by the
+	// script's declared returns (allowed, granted, limit, remaining, reset_us,
+	// retry_after_us and optionally delay_us), with window_us as its window.
+	Decides  bool  `protobuf:"varint,5,opt,name=decides,proto3" json:"decides,omitempty"`
+	WindowUs int64 `protobuf:"zigzag64,6,opt,name=window_us,json=windowUs,proto3" json:"window_us,omitempty"`
+	// state is carried to the next StepRequest unchanged (at most 4096 bytes).
+	State         []byte `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepResponse) Reset() {
+	*x = StepResponse{}
+	mi := &file_sdk_abi_ruled_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepResponse) ProtoMessage() {}
+
+func (x *StepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_abi_ruled_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepResponse.ProtoReflect.Descriptor instead.
+func (*StepResponse) Descriptor() ([]byte, []int) {
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *StepResponse) GetDecision() *Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *StepResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *StepResponse) GetBadRequest() bool {
+	if x != nil {
+		return x.BadRequest
+	}
+	return false
+}
+
+func (x *StepResponse) GetCall() *EvalRequest {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *StepResponse) GetDecides() bool {
+	if x != nil {
+		return x.Decides
+	}
+	return false
+}
+
+func (x *StepResponse) GetWindowUs() int64 {
+	if x != nil {
+		return x.WindowUs
+	}
+	return 0
+}
+
+func (x *StepResponse) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 var File_sdk_abi_ruled_proto protoreflect.FileDescriptor
 
 const file_sdk_abi_ruled_proto_rawDesc = "" +
@@ -1246,20 +1494,22 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\x13sdk/abi/ruled.proto\x12\fruled.abi.v1\".\n" +
 	"\vInitRequest\x12\x1f\n" +
 	"\vabi_version\x18\x01 \x01(\rR\n" +
-	"abiVersion\"\x92\x01\n" +
+	"abiVersion\"\xa8\x01\n" +
 	"\x04Info\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
 	"\ascripts\x18\x03 \x03(\v2\x14.ruled.abi.v1.ScriptR\ascripts\x12,\n" +
-	"\x06traits\x18\x04 \x01(\v2\x14.ruled.abi.v1.TraitsR\x06traits\"a\n" +
+	"\x06traits\x18\x04 \x01(\v2\x14.ruled.abi.v1.TraitsR\x06traits\x12\x14\n" +
+	"\x05steps\x18\x05 \x01(\bR\x05steps\"a\n" +
 	"\x06Traits\x12!\n" +
 	"\ffirm_denials\x18\x01 \x01(\bR\vfirmDenials\x12\x1a\n" +
 	"\bleasable\x18\x02 \x01(\bR\bleasable\x12\x18\n" +
-	"\arefunds\x18\x03 \x01(\bR\arefunds\"P\n" +
+	"\arefunds\x18\x03 \x01(\bR\arefunds\"j\n" +
 	"\x06Script\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1a\n" +
-	"\bcommands\x18\x03 \x03(\tR\bcommands\"\x90\x03\n" +
+	"\bcommands\x18\x03 \x03(\tR\bcommands\x12\x18\n" +
+	"\areturns\x18\x04 \x03(\tR\areturns\"\x90\x03\n" +
 	"\x05Value\x12\x1f\n" +
 	"\n" +
 	"null_value\x18\x01 \x01(\bH\x00R\tnullValue\x12\x1d\n" +
@@ -1336,7 +1586,33 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\x05elems\x18\x01 \x03(\v2\x13.ruled.abi.v1.ReplyR\x05elems\"7\n" +
 	"\x05Error\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessageB*Z(github.com/ruled-dev/ruled/sdk/abi/abipbb\x06proto3"
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xfb\x02\n" +
+	"\vStepRequest\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\x04R\bconfigId\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\fR\asubject\x12\x12\n" +
+	"\x04hits\x18\x03 \x01(\x12R\x04hits\x12\x19\n" +
+	"\bdedup_id\x18\x04 \x01(\fR\adedupId\x12\x1f\n" +
+	"\vbest_effort\x18\x05 \x01(\bR\n" +
+	"bestEffort\x12:\n" +
+	"\x05attrs\x18\x06 \x03(\v2$.ruled.abi.v1.StepRequest.AttrsEntryR\x05attrs\x12\x16\n" +
+	"\x06resume\x18\a \x01(\bR\x06resume\x12\x16\n" +
+	"\x06script\x18\b \x01(\tR\x06script\x12\x14\n" +
+	"\x05state\x18\t \x01(\fR\x05state\x12)\n" +
+	"\x05reply\x18\n" +
+	" \x01(\v2\x13.ruled.abi.v1.ReplyR\x05reply\x1a8\n" +
+	"\n" +
+	"AttrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf5\x01\n" +
+	"\fStepResponse\x122\n" +
+	"\bdecision\x18\x01 \x01(\v2\x16.ruled.abi.v1.DecisionR\bdecision\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1f\n" +
+	"\vbad_request\x18\x03 \x01(\bR\n" +
+	"badRequest\x12-\n" +
+	"\x04call\x18\x04 \x01(\v2\x19.ruled.abi.v1.EvalRequestR\x04call\x12\x18\n" +
+	"\adecides\x18\x05 \x01(\bR\adecides\x12\x1b\n" +
+	"\twindow_us\x18\x06 \x01(\x12R\bwindowUs\x12\x14\n" +
+	"\x05state\x18\a \x01(\fR\x05stateB*Z(github.com/ruled-dev/ruled/sdk/abi/abipbb\x06proto3"
 
 var (
 	file_sdk_abi_ruled_proto_rawDescOnce sync.Once
@@ -1350,7 +1626,7 @@ func file_sdk_abi_ruled_proto_rawDescGZIP() []byte {
 	return file_sdk_abi_ruled_proto_rawDescData
 }
 
-var file_sdk_abi_ruled_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_sdk_abi_ruled_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_sdk_abi_ruled_proto_goTypes = []any{
 	(*InitRequest)(nil),       // 0: ruled.abi.v1.InitRequest
 	(*Info)(nil),              // 1: ruled.abi.v1.Info
@@ -1368,8 +1644,11 @@ var file_sdk_abi_ruled_proto_goTypes = []any{
 	(*Reply)(nil),             // 13: ruled.abi.v1.Reply
 	(*ReplyArray)(nil),        // 14: ruled.abi.v1.ReplyArray
 	(*Error)(nil),             // 15: ruled.abi.v1.Error
-	nil,                       // 16: ruled.abi.v1.ValueMap.FieldsEntry
-	nil,                       // 17: ruled.abi.v1.DecideRequest.AttrsEntry
+	(*StepRequest)(nil),       // 16: ruled.abi.v1.StepRequest
+	(*StepResponse)(nil),      // 17: ruled.abi.v1.StepResponse
+	nil,                       // 18: ruled.abi.v1.ValueMap.FieldsEntry
+	nil,                       // 19: ruled.abi.v1.DecideRequest.AttrsEntry
+	nil,                       // 20: ruled.abi.v1.StepRequest.AttrsEntry
 }
 var file_sdk_abi_ruled_proto_depIdxs = []int32{
 	3,  // 0: ruled.abi.v1.Info.scripts:type_name -> ruled.abi.v1.Script
@@ -1377,20 +1656,24 @@ var file_sdk_abi_ruled_proto_depIdxs = []int32{
 	5,  // 2: ruled.abi.v1.Value.list_value:type_name -> ruled.abi.v1.ValueList
 	6,  // 3: ruled.abi.v1.Value.map_value:type_name -> ruled.abi.v1.ValueMap
 	4,  // 4: ruled.abi.v1.ValueList.values:type_name -> ruled.abi.v1.Value
-	16, // 5: ruled.abi.v1.ValueMap.fields:type_name -> ruled.abi.v1.ValueMap.FieldsEntry
+	18, // 5: ruled.abi.v1.ValueMap.fields:type_name -> ruled.abi.v1.ValueMap.FieldsEntry
 	6,  // 6: ruled.abi.v1.ConfigureRequest.config:type_name -> ruled.abi.v1.ValueMap
-	17, // 7: ruled.abi.v1.DecideRequest.attrs:type_name -> ruled.abi.v1.DecideRequest.AttrsEntry
+	19, // 7: ruled.abi.v1.DecideRequest.attrs:type_name -> ruled.abi.v1.DecideRequest.AttrsEntry
 	10, // 8: ruled.abi.v1.DecideResponse.decision:type_name -> ruled.abi.v1.Decision
 	4,  // 9: ruled.abi.v1.EvalRequest.args:type_name -> ruled.abi.v1.Value
 	14, // 10: ruled.abi.v1.Reply.array_value:type_name -> ruled.abi.v1.ReplyArray
 	15, // 11: ruled.abi.v1.Reply.error:type_name -> ruled.abi.v1.Error
 	13, // 12: ruled.abi.v1.ReplyArray.elems:type_name -> ruled.abi.v1.Reply
-	4,  // 13: ruled.abi.v1.ValueMap.FieldsEntry.value:type_name -> ruled.abi.v1.Value
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	20, // 13: ruled.abi.v1.StepRequest.attrs:type_name -> ruled.abi.v1.StepRequest.AttrsEntry
+	13, // 14: ruled.abi.v1.StepRequest.reply:type_name -> ruled.abi.v1.Reply
+	10, // 15: ruled.abi.v1.StepResponse.decision:type_name -> ruled.abi.v1.Decision
+	12, // 16: ruled.abi.v1.StepResponse.call:type_name -> ruled.abi.v1.EvalRequest
+	4,  // 17: ruled.abi.v1.ValueMap.FieldsEntry.value:type_name -> ruled.abi.v1.Value
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_sdk_abi_ruled_proto_init() }
@@ -1423,7 +1706,7 @@ func file_sdk_abi_ruled_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_abi_ruled_proto_rawDesc), len(file_sdk_abi_ruled_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -92,6 +92,11 @@ export function ruled_buf(size: u32): usize {
 }
 
 /** InitRequest in, Info out. */
+/** The names of the script's reply elements (sdk.DecisionShape). */
+const SCRIPT_RETURNS: string[] = ["allowed", "granted", "limit", "remaining", "reset_us", "retry_after_us"];
+/** sdk.DecisionShape as its String method writes it. */
+const DECISION_SHAPE = "{allowed, granted, limit, remaining, reset_us, retry_after_us}";
+
 export function ruled_init(ptr: usize, len: usize): u64 {
   if (!inBuffer("ruled_init", ptr, len)) return 0;
   let version: u64 = 0;
@@ -116,6 +121,9 @@ export function ruled_init(ptr: usize, len: usize): u64 {
   stringField(out, 0x0a, SCRIPT_NAME);
   stringField(out, 0x12, SCRIPT_SOURCE);
   for (let i = 0; i < SCRIPT_COMMANDS.length; i++) stringField(out, 0x1a, SCRIPT_COMMANDS[i]);
+  // The reply's shape (Script.returns, field 4), as plugins/fixedwindow
+  // declares it (sdk.DecisionShape): the host refuses any other reply.
+  for (let i = 0; i < SCRIPT_RETURNS.length; i++) stringField(out, 0x22, SCRIPT_RETURNS[i]);
   out.endNested(script);
   // Traits (field 4), as plugins/fixedwindow declares them: firm denials,
   // leasable grants, refunds (docs/rules.md, "Shortcuts").
@@ -516,27 +524,30 @@ function decision(p: usize, end: usize, windowUs: i64): void {
     out.endNested(m);
     return;
   }
+  // sdk.DecisionShape.Decision: exactly the six named elements, allowed 1 or 0.
   if (rKind != R_ARR) {
     const m = decideError();
-    out.ascii("decision reply: sdk: reply ");
-    fmtScalar();
-    out.ascii(" is not an array");
+    out.ascii("decision reply: reply is ");
+    describeScalar();
+    out.ascii(", want an array ");
+    out.ascii(DECISION_SHAPE);
     out.endNested(m);
     return;
   }
-  if (nElems < 6) {
+  if (nElems != 6) {
     const m = decideError();
-    out.ascii("decision reply: sdk: reply has ");
+    out.ascii("decision reply: reply has ");
     out.int(nElems);
-    out.ascii(" elements, want at least 6");
+    out.ascii(" elements, want 6: ");
+    out.ascii(DECISION_SHAPE);
     out.endNested(m);
     return;
   }
   if (badElem >= 0) {
     const m = decideError();
-    out.ascii("decision reply: sdk: element ");
-    out.int(badElem);
-    out.ascii(": sdk: reply ");
+    out.ascii("decision reply: reply element \"");
+    out.ascii(SCRIPT_RETURNS[badElem]);
+    out.ascii("\": sdk: reply ");
     decodeReply(badPtr, badEnd, 1, false);
     if (rKind == R_STR) {
       out.byte(0x22);
@@ -549,7 +560,16 @@ function decision(p: usize, end: usize, windowUs: i64): void {
     out.endNested(m);
     return;
   }
-  const allowed = load<i64>(elems) == 1;
+  const allowedV = load<i64>(elems);
+  if (allowedV != 0 && allowedV != 1) {
+    const m = decideError();
+    out.ascii("decision reply: reply element \"allowed\" is ");
+    out.int(allowedV);
+    out.ascii(", want 1 or 0");
+    out.endNested(m);
+    return;
+  }
+  const allowed = allowedV == 1;
   // Durations cross as time.Duration(v)*time.Microsecond and back with Microseconds(): the same
   // wrap-around as Go's, for values no script returns.
   const granted = load<i64>(elems, 8);
@@ -557,7 +577,6 @@ function decision(p: usize, end: usize, windowUs: i64): void {
   const remaining = load<i64>(elems, 24);
   const reset = (load<i64>(elems, 32) * 1000) / 1000;
   const retry = (load<i64>(elems, 40) * 1000) / 1000;
-  const delay = nElems > 6 ? (load<i64>(elems, 48) * 1000) / 1000 : 0;
 
   // DecideResponse{decision: Decision{...}}: at most 8 fields of 11 bytes, so one length byte.
   let w = out.reserve(2 + 8 * 11);
@@ -574,7 +593,6 @@ function decision(p: usize, end: usize, windowUs: i64): void {
   w = sintField(w, 0x28, windowUs);
   w = sintField(w, 0x30, reset);
   w = sintField(w, 0x38, retry);
-  w = sintField(w, 0x40, delay);
   store<u8>(body - 1, <u8>(w - body));
   out.len = w - out.ptr;
 }
@@ -648,6 +666,22 @@ function parseReplyInt(p: usize, end: usize): bool {
 }
 
 /** Prints the reply in rKind etc. as %v prints an sdk.Reply's value (nil, int64, string). */
+/** Appends what sdk's Reply.describe says of a reply that is not an array: nil, the integer N,
+ * or the string quoted (its first 40 bytes, then "…"; bytes are not escaped as Go's
+ * strconv.Quote escapes them). */
+function describeScalar(): void {
+  if (rKind == R_INT) {
+    out.ascii("the integer ");
+    out.int(rInt);
+  } else if (rKind == R_STR) {
+    const n = rEnd - rPtr;
+    out.byte(0x22);
+    out.bytes(rPtr, n > 40 ? 40 : n);
+    out.byte(0x22);
+    if (n > 40) out.utf8("…");
+  } else out.ascii("nil");
+}
+
 function fmtScalar(): void {
   if (rKind == R_INT) out.int(rInt);
   else if (rKind == R_STR) out.bytes(rPtr, rEnd - rPtr);

@@ -32,7 +32,7 @@ func buf(size uint32) uint32 {
 //go:wasmexport ruled_init
 func initialize(ptr, n uint32) uint64 {
 	info := sdk.Info{Name: "rawabi", Version: "1"}
-	out = abi.AppendInfo(out[:0], &info)
+	out = abi.AppendInfo(out[:0], &info, false)
 	return abi.Pack(addr(out), uint32(len(out)))
 }
 
