@@ -11,9 +11,9 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 // hostImports plays the host's side of the imports on top of a real
