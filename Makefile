@@ -7,6 +7,12 @@ LDFLAGS   := -X main.version=$(VERSION)
 
 .PHONY: run test deps build lint fmt bench plugins plugin-as bench-go fuzz
 
+# MODULES are the repository's Go modules: ruled itself and the SDK that
+# plugins depend on (docs/plugins.md, "The SDK as a Go module"). `./...`
+# stops at a nested go.mod, so vet, test, lint and bench-go run in each.
+# cmd/ruled's TestMakefileListsEveryModule keeps this list complete.
+MODULES   := . sdk sdk/process
+
 # FUZZ lists package:target pairs that `make fuzz` runs for FUZZTIME each.
 FUZZ      := host/httpapi:FuzzCheckBody host/httpapi:FuzzAuthHeaders host/httpapi:FuzzAppendString sdk/abi:FuzzDecoders sdk/abi:FuzzDecodersAgreeWithProtobuf host/wasm/internal/meter:FuzzInstrument
 FUZZTIME  ?= 10s
@@ -16,21 +22,23 @@ run: build
 	@./scripts/deps.sh run
 	./bin/ruled serve --rules $(RULES) --listen $(LISTEN)
 
-## test: install redis-server, nginx and chromium if missing, then vet, format check and the race-enabled tests
+## test: install redis-server, nginx and chromium if missing, then vet, format check and the race-enabled tests of every module
 test:
 	@./scripts/deps.sh test
-	$(GO) vet ./...
+	@for m in $(MODULES); do echo "(cd $$m && $(GO) vet ./...)"; (cd $$m && $(GO) vet ./...) || exit 1; done
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(GO) test -race -count=1 -timeout 15m ./...
+	@for m in $(MODULES); do echo "(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...)"; \
+		(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
 
 deps:
 	@./scripts/deps.sh test
 
 ## fuzz: run every fuzz target briefly (FUZZTIME each); CI runs it
+# Each runs in its package's directory, which works whichever module holds it.
 fuzz:
 	@for f in $(FUZZ); do pkg=$${f%%:*}; fn=$${f##*:}; \
-		echo "go test -run '^$$' -fuzz '^$$fn$$' -fuzztime $(FUZZTIME) ./$$pkg"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
+		echo "(cd $$pkg && go test -run '^$$' -fuzz '^$$fn$$' -fuzztime $(FUZZTIME) .)"; \
+		(cd $$pkg && $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) .) || exit 1; \
 	done
 
 build:
@@ -51,7 +59,8 @@ plugin-as:
 ## lint: staticcheck (installed into GOPATH/bin on first use)
 lint:
 	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
-	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...
+	@for m in $(MODULES); do echo "(cd $$m && staticcheck ./...)"; \
+		(cd $$m && PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...) || exit 1; done
 
 fmt:
 	gofmt -w .
@@ -64,4 +73,4 @@ bench:
 ## bench-go: Go benchmarks of every layer against a real redis-server
 bench-go:
 	@./scripts/deps.sh run
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchtime 2s ./...) || exit 1; done

@@ -13,8 +13,8 @@ import (
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 // shortcutCases are the built-ins' configs the property test runs, with the

@@ -14,8 +14,8 @@ import (
 	"github.com/ruled-dev/ruled/plugins/rolling"
 	"github.com/ruled-dev/ruled/plugins/sortedset"
 	"github.com/ruled-dev/ruled/plugins/tokenbucket"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 // builtinCase is a built-in algorithm with its reference model and one

@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ruled-dev/ruled/internal/pluginfile"
-	"github.com/ruled-dev/ruled/internal/pluginrpc"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
-	"github.com/ruled-dev/ruled/sdk/abi/pluginpb"
+	"github.com/ruled-dev/ruled/sdk/process/pluginpb"
+	"github.com/ruled-dev/ruled/sdk/process/pluginrpc"
 )
 
 // stopGrace is how long a process may take to exit after go-plugin asked

@@ -36,11 +36,11 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/pluginfile"
-	"github.com/ruled-dev/ruled/internal/pluginrpc"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
 	"github.com/ruled-dev/ruled/sdk/abi/abipb"
-	"github.com/ruled-dev/ruled/sdk/abi/pluginpb"
+	"github.com/ruled-dev/ruled/sdk/process/pluginpb"
+	"github.com/ruled-dev/ruled/sdk/process/pluginrpc"
 )
 
 // Defaults for Options.

@@ -11,11 +11,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ruled-dev/ruled/host/capability"
-	"github.com/ruled-dev/ruled/internal/pluginrpc"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
 	"github.com/ruled-dev/ruled/sdk/abi/abipb"
-	"github.com/ruled-dev/ruled/sdk/abi/pluginpb"
+	"github.com/ruled-dev/ruled/sdk/process/pluginpb"
+	"github.com/ruled-dev/ruled/sdk/process/pluginrpc"
 )
 
 // markDown takes in out of service, once: decisions fail at once from now

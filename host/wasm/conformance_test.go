@@ -15,8 +15,8 @@ import (
 	"github.com/ruled-dev/ruled/plugins/rolling"
 	"github.com/ruled-dev/ruled/plugins/sortedset"
 	"github.com/ruled-dev/ruled/plugins/tokenbucket"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 type conformCase struct {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 func newModel(c sdk.Config) plugintest.Model { return fixedwindow.NewModel(c.(fixedwindow.Config)) }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/leaky"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 func newModel(c sdk.Config) plugintest.Model { return leaky.NewModel(c.(leaky.Config)) }

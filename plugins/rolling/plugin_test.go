@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/plugins/rolling"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 func newModel(c sdk.Config) plugintest.Model { return rolling.NewModel(c.(rolling.Config)) }

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/plugins/sortedset"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 // TestCluster runs the concurrency and conformance checks against a

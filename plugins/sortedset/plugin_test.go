@@ -9,8 +9,8 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/plugins/sortedset"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 func newModel(c sdk.Config) plugintest.Model { return sortedset.NewModel(c.(sortedset.Config)) }

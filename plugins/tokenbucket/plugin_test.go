@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/plugins/tokenbucket"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 func newModel(c sdk.Config) plugintest.Model { return tokenbucket.NewModel(c.(tokenbucket.Config)) }

@@ -46,11 +46,11 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	"github.com/ruled-dev/ruled/internal/pluginrpc"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
 	"github.com/ruled-dev/ruled/sdk/abi/abipb"
-	"github.com/ruled-dev/ruled/sdk/abi/pluginpb"
+	"github.com/ruled-dev/ruled/sdk/process/pluginpb"
+	"github.com/ruled-dev/ruled/sdk/process/pluginrpc"
 )
 
 // parentPoll is how often the process checks that ruled is still there.

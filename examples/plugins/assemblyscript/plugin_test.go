@@ -15,8 +15,8 @@ import (
 
 	"github.com/ruled-dev/ruled/host/wasm"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 func TestInfo(t *testing.T) {

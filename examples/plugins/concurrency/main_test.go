@@ -16,8 +16,8 @@ import (
 	"github.com/ruled-dev/ruled/examples/plugins/concurrency/limiter"
 	"github.com/ruled-dev/ruled/host/process"
 	"github.com/ruled-dev/ruled/host/wasm"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 // The plugin executable and the Wasm module are built once per test binary.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/ruled-dev/ruled/examples/plugins/gcra"
 	"github.com/ruled-dev/ruled/host/wasm"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 // tmpDir holds the Wasm build and its compilation cache for the whole test

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/examples/plugins/concurrency/limiter"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 func model(c sdk.Config) plugintest.Model { return limiter.NewModel(c.(limiter.Config)) }

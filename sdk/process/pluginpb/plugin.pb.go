@@ -384,7 +384,7 @@ const file_sdk_abi_plugin_proto_rawDesc = "" +
 	"\x06Decide\x12\x1e.ruled.plugin.v1.DecideRequest\x1a\x1c.ruled.abi.v1.DecideResponse2\x83\x01\n" +
 	"\x04Host\x129\n" +
 	"\x04Eval\x12\x1c.ruled.plugin.v1.EvalRequest\x1a\x13.ruled.abi.v1.Reply\x12@\n" +
-	"\x03Log\x12\x1b.ruled.plugin.v1.LogRequest\x1a\x1c.ruled.plugin.v1.LogResponseB-Z+github.com/ruled-dev/ruled/sdk/abi/pluginpbb\x06proto3"
+	"\x03Log\x12\x1b.ruled.plugin.v1.LogRequest\x1a\x1c.ruled.plugin.v1.LogResponseB1Z/github.com/ruled-dev/ruled/sdk/process/pluginpbb\x06proto3"
 
 var (
 	file_sdk_abi_plugin_proto_rawDescOnce sync.Once

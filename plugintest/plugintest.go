@@ -8,6 +8,14 @@
 //	env.Conform(t, myplugin.New(), rawConfig, func(c sdk.Config) plugintest.Model {
 //		return myplugin.NewModel(c.(myplugin.Config))
 //	}, steps)
+//
+// The kit is part of ruled's own module (github.com/ruled-dev/ruled), not
+// of the SDK's, because it runs ruled's capability (host/capability) and
+// therefore needs go-redis and the rest of the daemon. Import it from
+// _test.go files only: a plugin's code then depends on the SDK module
+// alone, and so does its Wasm module or executable, while its tests run
+// against the same capability ruled uses (docs/plugins.md, "The SDK as a Go
+// module").
 package plugintest
 
 import (

@@ -1,7 +1,12 @@
-// Package pluginrpc is what the two ends of a process plugin share: the
-// go-plugin handshake and the conversions between sdk types and the
-// generated messages of sdk/abi/pluginpb. host/process (ruled's side) and
-// sdk/process (the plugin's side) both build on it.
+// Package pluginrpc is the Go binding of the process plugin wire protocol:
+// what the two ends of a process plugin share, the go-plugin handshake and
+// the conversions between sdk types and the generated messages of
+// sdk/process/pluginpb (services) and sdk/abi/abipb (messages).
+// host/process (ruled's side) and sdk/process (the plugin's side) both build
+// on it, from two Go modules, which is why it is a public package of the
+// github.com/ruled-dev/ruled/sdk/process module and not an internal one.
+// Plugin authors use sdk/process instead; this package follows the protocol
+// version, not the SDK's API promises.
 //
 // Values that cross the boundary mean exactly what they mean to a Wasm
 // guest: configs go through sdk/abi's own codec, and Eval arguments and

@@ -1,0 +1,78 @@
+// Package quota is a fixed-window limit written outside ruled's repository:
+// at most limit hits per window, windows aligned to Redis time.
+//
+//	config: {limit: 100, window: 1m}
+//
+// hits <= 0, dedup_id and best_effort are not supported: such requests are
+// allowed and change nothing.
+package quota
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// script counts hits in KEYS[1] = {s = window start (µs), n = count}.
+// ARGV: limit, window (µs), hits. It replies as sdk.DecisionFromReply reads.
+const script = `
+local limit, window, hits = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = ruled_now_us()
+local start = now - math.fmod(now, window)
+local reset = start + window - now
+local cur = redis.call('HMGET', KEYS[1], 's', 'n')
+local count = 0
+if cur[1] == string.format('%d', start) then count = tonumber(cur[2]) end
+if hits <= 0 then return {1, 0, limit, math.max(limit - count, 0), reset, 0} end
+if count + hits > limit then return {0, 0, limit, math.max(limit - count, 0), reset, reset} end
+count = count + hits
+redis.call('HSET', KEYS[1], 's', string.format('%d', start), 'n', count)
+redis.call('PEXPIRE', KEYS[1], math.floor(reset / 1000) + 1000)
+return {1, hits, limit, limit - count, reset, 0}
+`
+
+// Config is the parsed rule config.
+type Config struct {
+	Limit  int64         // hits per window, at least 1
+	Window time.Duration // at least 1ms, whole microseconds
+}
+
+// Plugin is the algorithm.
+type Plugin struct{}
+
+// New returns the plugin.
+func New() sdk.Algorithm { return Plugin{} }
+
+// Info implements sdk.Algorithm: one script and the commands it calls.
+func (Plugin) Info() sdk.Info {
+	return sdk.Info{Name: "quota", Version: "0.1.0", Scripts: []sdk.Script{{
+		Name: "decide", Source: script, Commands: []string{"HMGET", "HSET", "PEXPIRE"},
+	}}}
+}
+
+// Configure implements sdk.Algorithm.
+func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
+	r := sdk.NewConfigReader(raw)
+	c := Config{Limit: r.RequireInt("limit"), Window: r.RequireDuration("window")}
+	r.Check(c.Limit >= 1, "limit", "must be at least 1")
+	r.Check(c.Window >= time.Millisecond && c.Window%time.Microsecond == 0, "window", "must be whole microseconds, at least 1ms")
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Decide implements sdk.Algorithm.
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Decision{}, fmt.Errorf("quota: config of type %T", cfg)
+	}
+	reply, err := h.Eval(ctx, "decide", []string{"n"}, c.Limit, c.Window.Microseconds(), req.Hits)
+	if err != nil {
+		return sdk.Decision{}, err
+	}
+	return sdk.DecisionFromReply(reply, c.Window)
+}
