@@ -41,8 +41,9 @@ func checkBuiltinsFlag(mode string) error {
 // at reload for later ones. A missing module, or one that differs from the
 // built-in linked into this ruled, is an error of every rule that uses it:
 // ruled does not start with it, and a reload that needs it keeps the rules
-// serving. Modules load one at a time.
-func builtinPlugins(mode, dir string, opts wasm.Options) ([]sdk.Algorithm, func(), error) {
+// serving. Modules load one at a time. With pools, each loaded module's
+// instance pool is reported until it is closed (nil: not reported).
+func builtinPlugins(mode, dir string, opts wasm.Options, pools *wasmPools) ([]sdk.Algorithm, func(), error) {
 	natives := builtin.All()
 	if mode != builtinsWasm {
 		return natives, func() {}, nil
@@ -54,7 +55,7 @@ func builtinPlugins(mode, dir string, opts wasm.Options) ([]sdk.Algorithm, func(
 	mods := make([]*wasmBuiltin, len(natives))
 	loading := &sync.Mutex{}
 	for i, n := range natives {
-		mods[i] = &wasmBuiltin{native: n, path: filepath.Join(dir, n.Info().Name+".wasm"), opts: opts, mu: loading}
+		mods[i] = &wasmBuiltin{native: n, path: filepath.Join(dir, n.Info().Name+".wasm"), opts: opts, mu: loading, pools: pools}
 		out[i] = mods[i]
 	}
 	stop := func() {
@@ -96,8 +97,9 @@ type wasmBuiltin struct {
 	path   string
 	opts   wasm.Options
 
-	mu *sync.Mutex // shared by the built-ins: one module loads at a time
-	w  atomic.Pointer[wasm.Plugin]
+	mu    *sync.Mutex // shared by the built-ins: one module loads at a time
+	w     atomic.Pointer[wasm.Plugin]
+	pools *wasmPools // reports w's instance pool; nil when none does
 }
 
 // builtinConfig is a rule's config parsed by both plugins.
@@ -133,6 +135,9 @@ func (b *wasmBuiltin) module() (*wasm.Plugin, error) {
 	}
 	b.opts.Logger.Info("built-in loaded as Wasm", "plugin", name, "path", b.path, "took", time.Since(start).Round(time.Millisecond))
 	b.w.Store(w)
+	if b.pools != nil {
+		b.pools.add(name, w)
+	}
 	return w, nil
 }
 
@@ -143,6 +148,9 @@ func (b *wasmBuiltin) close(ctx context.Context) error {
 	w := b.w.Swap(nil)
 	if w == nil {
 		return nil
+	}
+	if b.pools != nil {
+		b.pools.remove(b.native.Info().Name, w)
 	}
 	return w.Close(ctx)
 }

@@ -97,7 +97,7 @@ func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []string
 		return set, nil, err
 	}
 	wopts, _ := wasmOptions(log, pluginCallTimeout(capability.DefaultTimeout), "")
-	load := pluginLoader(log, wopts)
+	load := pluginLoader(log, wopts, nil)
 	var loaded []sdk.Algorithm
 	var notes []string
 	loadErrs := host.LoadDeclared(files.Plugins(), func(name string) bool { _, ok := cat[name]; return ok },

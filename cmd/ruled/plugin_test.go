@@ -210,6 +210,10 @@ func TestServeBuiltinsWasm(t *testing.T) {
 	if n := strings.Count(logs, `msg="built-in loaded as Wasm"`); n != 1 || !strings.Contains(logs, `msg="built-in loaded as Wasm" plugin=fixedwindow`) {
 		t.Errorf("%d built-ins loaded as Wasm, want fixedwindow alone:\n%s", n, logs)
 	}
+	s.waitIdle(t, "fixedwindow") // its module's pool, in /metrics
+	if _, ok := s.poolInstances(t, "tokenbucket", "idle"); ok {
+		t.Error("/metrics reports the pool of tokenbucket, whose module no rule loaded")
+	}
 	if code := s.stop(); code != 0 {
 		t.Fatalf("serve exited %d:\n%s", code, s.logs.String())
 	}

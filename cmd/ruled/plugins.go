@@ -26,7 +26,9 @@ import (
 //
 // Calls into a plugin get a deadline of at least four Redis time-outs, so
 // that a slow Redis shows as a Redis error, never as a plugin that hangs.
-func pluginLoader(log *slog.Logger, wopts wasm.Options) host.PluginLoader {
+// With pools, each Wasm module's instance pool is reported until the
+// plugin is closed (nil: not reported).
+func pluginLoader(log *slog.Logger, wopts wasm.Options, pools *wasmPools) host.PluginLoader {
 	return func(ctx context.Context, d rules.PluginDecl) (sdk.Algorithm, error) {
 		switch {
 		case d.Process != "":
@@ -37,7 +39,12 @@ func pluginLoader(log *slog.Logger, wopts wasm.Options) host.PluginLoader {
 			if err != nil {
 				return nil, err
 			}
-			return wasm.LoadBytes(ctx, d.Wasm, bin, wopts)
+			w, err := wasm.LoadBytes(ctx, d.Wasm, bin, wopts)
+			if err != nil || pools == nil {
+				return w, err
+			}
+			pools.add(d.Name, w)
+			return &pooledWasm{Plugin: w, name: d.Name, pools: pools}, nil
 		}
 		return nil, errors.New("declares neither wasm nor process")
 	}

@@ -99,7 +99,7 @@ func TestPluginLoaderChecksPins(t *testing.T) {
 	dir := t.TempDir()
 	path := writeFile(t, dir, "x.wasm", "not a module")
 	wopts, _ := wasmOptions(slog.New(slog.DiscardHandler), pluginCallTimeout(0), "")
-	load := pluginLoader(slog.New(slog.DiscardHandler), wopts)
+	load := pluginLoader(slog.New(slog.DiscardHandler), wopts, nil)
 	wrong := strings.Repeat("1", 64)
 	_, err := load(context.Background(), rules.PluginDecl{Name: "x", Wasm: path, SHA256: wrong})
 	if err == nil || !strings.Contains(err.Error(), "sha256 mismatch") || !strings.Contains(err.Error(), wrong) ||
@@ -126,7 +126,7 @@ func TestPluginFilesAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	wopts, _ := wasmOptions(slog.New(slog.DiscardHandler), pluginCallTimeout(0), "")
-	load := pluginLoader(slog.New(slog.DiscardHandler), wopts)
+	load := pluginLoader(slog.New(slog.DiscardHandler), wopts, nil)
 	for _, tc := range []struct {
 		decl rules.PluginDecl
 		want string

@@ -123,9 +123,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		return fmt.Errorf("rules in %s are invalid", c.rules)
 	}
 
+	m := metrics.New(metrics.Options{Version: version})
+	pools := newWasmPools(m.RegisterPool) // every Wasm module's instances
 	wopts, closeWasmCache := wasmOptions(log, pluginCallTimeout(c.redisTimeout), c.dataDir)
 	defer closeWasmCache()
-	builtins, stopBuiltins, err := builtinPlugins(c.builtins, c.pluginsDir, wopts)
+	builtins, stopBuiltins, err := builtinPlugins(c.builtins, c.pluginsDir, wopts, pools)
 	if err != nil {
 		return err
 	}
@@ -138,7 +140,6 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	defer st.Close()
 	log.Info("redis", "store", st.Describe())
 
-	m := metrics.New(metrics.Options{Version: version})
 	capOpts := capability.Options{Timeout: c.redisTimeout, Logger: log, Observe: m.RedisCall, OnAvailability: m.RedisAvailable}
 	if c.pipeline {
 		capOpts.Pipeline = redis.DefaultBlockingAutoPipelineOptions()
@@ -151,7 +152,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	capOpts.RestartUnkillable = st.Managed()
 	cap := capability.New(st.Client(), capOpts)
 	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: m,
-		LoadPlugin: pluginLoader(log, wopts), DecisionTimeout: c.decisionTO})
+		LoadPlugin: pluginLoader(log, wopts, pools), DecisionTimeout: c.decisionTO})
 	if err != nil {
 		return err
 	}

@@ -401,7 +401,8 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 		}
 		src := Source(plugin, s.Name, s.Source)
 		rs := redis.NewScript(src)
-		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash(), returns: s.Returns}
+		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash(), returns: s.Returns, body: s.Source,
+			commands: s.Commands, headLines: headLines(src, s.Source), bodyLines: strings.Count(s.Source, "\n") + 1}
 		c.byHash.Store(rs.Hash(), [2]string{plugin, s.Name})
 	}
 	if err := CheckCommands(scripts); err != nil {
@@ -435,7 +436,7 @@ func (p *Plugin) Name() string { return p.name }
 func (p *Plugin) Preload(ctx context.Context) error {
 	for name, s := range p.scripts {
 		if err := s.Load(ctx, p.cap.client).Err(); err != nil {
-			return classify(p.name, name, err)
+			return s.scriptErrors(name, classify(p.name, name, err))
 		}
 	}
 	return nil
@@ -596,7 +597,7 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 		}
 	}
 	if err != nil && err != redis.Nil {
-		err = classify(p.name, script, err)
+		err = s.scriptErrors(script, classify(p.name, script, err))
 		if ClassOf(err) == ClassBusy {
 			p.cap.nudgeWatchdog()
 		}
@@ -637,6 +638,18 @@ type script struct {
 	hashArg any
 	// returns is the declared reply shape, nil when none.
 	returns *sdk.Shape
+	// For error messages (scripterr.go): the plugin's source and declared
+	// commands, the number of lines Source puts before the source and
+	// the number of lines of the source.
+	body                 string
+	commands             []string
+	headLines, bodyLines int
+}
+
+// headLines is the number of lines Source puts before body in src: the
+// first line and the Prelude's.
+func headLines(src, body string) int {
+	return strings.Count(src[:len(src)-len(body)-len(postlude)], "\n")
 }
 
 // run runs one script call; call is the EVALSHA command line and keys the
