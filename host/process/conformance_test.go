@@ -71,6 +71,11 @@ func TestBuiltinsConformAsProcesses(t *testing.T) {
 			model := func(sdk.Config) plugintest.Model { return tc.model(plugintest.Configure(t, native, tc.raw)) }
 			env.Conform(t, p, tc.raw, model, steps)
 			sameDecisions(t, env, native, p, tc.raw, steps)
+			// The built-ins decide in steps: ruled ran every script call,
+			// and the process never called back.
+			if !p.Steps() || p.HostEvals() != 0 {
+				t.Fatalf("steps %v, %d Eval calls back to ruled", p.Steps(), p.HostEvals())
+			}
 		})
 	}
 }

@@ -41,6 +41,7 @@ type instance struct {
 	exited  <-chan struct{} // closed when the process has exited
 	stopped chan struct{}   // closed when ruled stops it
 	info    sdk.Info
+	steps   bool // the process decides in steps (Plugin.Step)
 	started time.Time
 	sockDir string // the process's private socket directory
 
@@ -139,7 +140,7 @@ func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("init: %s", grpcMessage(err))
 	}
-	in.info = pluginrpc.InfoFromPB(info)
+	in.info, in.steps = pluginrpc.InfoFromPB(info), info.GetSteps()
 	go in.watch()
 	return in, nil
 }

@@ -136,6 +136,8 @@ type Plugin struct {
 	opts     Options
 	checksum []byte // pinned SHA-256, or nil
 	info     sdk.Info
+	steps    bool        // the process decides in steps: Step, not Decide
+	shapes   sdk.ShapeOf // its scripts' declared replies
 	logs     *logSink
 	hostSvc  *hostService
 
@@ -146,6 +148,8 @@ type Plugin struct {
 	inflight atomic.Int64
 	closed   atomic.Bool
 	restarts atomic.Uint64
+	// hostEvals counts the process's Eval calls back to ruled.
+	hostEvals atomic.Uint64
 
 	// cfgMu orders Configure (readers) against the replay of configs to a
 	// restarted process (the writer), so that no config is missed.
@@ -188,7 +192,7 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 		in.stop(stopGrace)
 		return nil, fmt.Errorf("process: %s: %w", path, err)
 	}
-	p.info = in.info
+	p.info, p.steps, p.shapes = in.info, in.steps, sdk.ShapesOf(in.info)
 	p.logs.setLogger(opts.Logger.With("plugin", p.info.Name))
 	p.inst.Store(in)
 	go p.supervise()
@@ -273,11 +277,19 @@ func sameInfo(a, b *sdk.Info) bool {
 	}
 	for name, x := range as {
 		y, ok := bs[name]
-		if !ok || x.Source != y.Source || !slices.Equal(x.Commands, y.Commands) {
+		if !ok || x.Source != y.Source || !slices.Equal(x.Commands, y.Commands) || returns(x) != returns(y) {
 			return false
 		}
 	}
 	return true
+}
+
+// returns is a script's declared reply, as text ("" when none).
+func returns(s sdk.Script) string {
+	if s.Returns == nil {
+		return ""
+	}
+	return s.Returns.String()
 }
 
 // scriptSet indexes scripts by name, each with its commands sorted and
@@ -304,6 +316,14 @@ func (p *Plugin) Info() sdk.Info {
 	}
 	return info
 }
+
+// Steps reports whether the process decides in steps (Plugin.Step): ruled
+// then runs each script call itself, and the process never calls back.
+func (p *Plugin) Steps() bool { return p.steps }
+
+// HostEvals returns how many Eval calls the process has made back to ruled
+// (through the Host service): none for a plugin that decides in steps.
+func (p *Plugin) HostEvals() uint64 { return p.hostEvals.Load() }
 
 // Path returns the absolute path of the executable.
 func (p *Plugin) Path() string { return p.path }
@@ -420,6 +440,11 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 	if err := ctx.Err(); err != nil {
 		return sdk.Decision{}, fmt.Errorf("process plugin %s: decide: %w", p.info.Name, err)
 	}
+	if p.steps {
+		d, err := sdk.DecideSteps(ctx, h, stepper{p, cfg}, p.shapes, c, r)
+		runtime.KeepAlive(cfg) // its cleanup would forget the config
+		return d, err
+	}
 	in := p.inst.Load()
 	if in == nil {
 		return sdk.Decision{}, p.downError()
@@ -443,6 +468,55 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 		return sdk.Decision{}, &decideError{msg: "process plugin " + p.info.Name + ": " + msg, cause: cl.capErr()}
 	}
 	return pluginrpc.DecisionFromPB(resp.GetDecision()), nil
+}
+
+// stepper runs a process's steps for sdk.DecideSteps: one Step call each,
+// with ruled running the script calls between them.
+type stepper struct {
+	p   *Plugin
+	cfg *config
+}
+
+func (s stepper) Info() sdk.Info                                   { return s.p.Info() }
+func (s stepper) Configure(raw map[string]any) (sdk.Config, error) { return s.p.Configure(raw) }
+func (s stepper) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Request) (sdk.Decision, error) {
+	return s.p.Decide(ctx, h, c, r)
+}
+
+// Start implements sdk.Stepper with a first Step call.
+func (s stepper) Start(ctx context.Context, _ sdk.Config, r sdk.Request) (sdk.Step, error) {
+	return s.p.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, nil, sdk.Reply{}))
+}
+
+// Resume implements sdk.Stepper with a Step call that carries the reply.
+func (s stepper) Resume(ctx context.Context, _ sdk.Config, r sdk.Request, prev sdk.Step, reply sdk.Reply) (sdk.Step, error) {
+	return s.p.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, &prev, reply))
+}
+
+// step makes one Step call, bounded by Options.CallTimeout.
+func (p *Plugin) step(ctx context.Context, req *abipb.StepRequest) (sdk.Step, error) {
+	in := p.inst.Load()
+	if in == nil {
+		return sdk.Step{}, p.downError()
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
+	resp, err := in.rpc.Step(cctx, req)
+	cancel()
+	if err != nil {
+		return sdk.Step{}, p.callFailed(ctx, in, "step", err)
+	}
+	in.timeouts.Store(0)
+	if resp.GetBadRequest() {
+		return sdk.Step{}, &sdk.BadRequestError{Message: resp.GetError()}
+	}
+	if msg := resp.GetError(); msg != "" {
+		return sdk.Step{}, &decideError{msg: "process plugin " + p.info.Name + ": " + msg}
+	}
+	s, err := pluginrpc.StepFromPB(resp)
+	if err != nil {
+		return sdk.Step{}, fmt.Errorf("process plugin %s: %w", p.info.Name, err)
+	}
+	return s, nil
 }
 
 // Close lets calls in progress finish (until ctx is done), then stops the

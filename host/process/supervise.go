@@ -123,9 +123,9 @@ func (p *Plugin) restart() error {
 	if err != nil {
 		return err
 	}
-	if !sameInfo(&in.info, &p.info) {
+	if !sameInfo(&in.info, &p.info) || in.steps != p.steps {
 		in.stop(stopGrace)
-		return fmt.Errorf("the executable now says it is %s %s with other scripts or traits than %s %s when it was loaded; reload the rules to load it anew",
+		return fmt.Errorf("the executable now says it is %s %s with other scripts, traits or steps than %s %s when it was loaded; reload the rules to load it anew",
 			in.info.Name, in.info.Version, p.info.Name, p.info.Version)
 	}
 	p.cfgMu.Lock()
@@ -198,6 +198,7 @@ func (s *hostService) newServer(opts []grpc.ServerOption) *grpc.Server {
 // Eval implements pluginpb.HostServer: it runs the script through the
 // decision's own sdk.Host. Failures are replies that carry an error.
 func (s *hostService) Eval(ctx context.Context, req *pluginpb.EvalRequest) (*abipb.Reply, error) {
+	s.p.hostEvals.Add(1)
 	c := s.p.calls.get(req.GetCallId())
 	if c == nil {
 		return pluginrpc.ReplyErrorToPB(&abi.Error{Class: string(capability.ClassRefused),

@@ -3,8 +3,10 @@ package wasm
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ErrClosed is returned by calls on a closed plugin.
@@ -26,10 +28,57 @@ type pool struct {
 	closed   atomic.Bool
 	refills  sync.WaitGroup
 	closedCh chan struct{}
+
+	// lowIdle is the fewest idle instances a call has left behind since
+	// the last trim (math.MaxInt64 when no call took one): instances
+	// beyond it were not needed in that period.
+	lowIdle atomic.Int64
+	trimmed atomic.Uint64 // instances closed as not needed
 }
 
 func newPool(p *Plugin, size int) *pool {
-	return &pool{p: p, size: size, idle: make(chan *instance, size), slots: make(chan struct{}, size), closedCh: make(chan struct{})}
+	pl := &pool{p: p, size: size, idle: make(chan *instance, size), slots: make(chan struct{}, size), closedCh: make(chan struct{})}
+	pl.lowIdle.Store(math.MaxInt64)
+	return pl
+}
+
+// took records that a call took an idle instance.
+func (pl *pool) took() {
+	n := int64(len(pl.idle))
+	for low := pl.lowIdle.Load(); n < low && !pl.lowIdle.CompareAndSwap(low, n); {
+		low = pl.lowIdle.Load()
+	}
+}
+
+// trimEvery closes, every period, the instances beyond Options.Prewarm
+// that stayed idle through the whole period, until the pool is closed: the
+// pool grows with demand (up to its size) and shrinks back when demand
+// goes.
+func (pl *pool) trimEvery(period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-pl.closedCh:
+			return
+		case <-t.C:
+			pl.trim()
+		}
+	}
+}
+
+// trim closes up to min(lowIdle, live − Prewarm) idle instances.
+func (pl *pool) trim() {
+	n := min(pl.lowIdle.Swap(math.MaxInt64), int64(len(pl.idle)), int64(len(pl.slots)-pl.p.opts.Prewarm))
+	for ; n > 0; n-- {
+		select {
+		case in := <-pl.idle:
+			pl.release(in)
+			pl.trimmed.Add(1)
+		default:
+			return
+		}
+	}
 }
 
 // add puts a new instance into a pool that has room (at load).
@@ -45,8 +94,10 @@ func (pl *pool) tryGet() (*instance, error) {
 	}
 	select {
 	case in := <-pl.idle:
+		pl.took()
 		return in, nil
 	default:
+		pl.lowIdle.Store(0) // a call found none idle
 		return nil, nil
 	}
 }
@@ -61,6 +112,7 @@ func (pl *pool) get(ctx context.Context) (*instance, error) {
 	}
 	select {
 	case in := <-pl.idle:
+		pl.took()
 		return in, nil
 	case pl.slots <- struct{}{}:
 		if pl.closed.Load() {

@@ -2,13 +2,14 @@ package wasm_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ruled-dev/ruled/host/wasm"
+	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
-	"github.com/ruled-dev/ruled/sdk/plugintest"
 )
 
 // gatedHost blocks every Eval until its gate is closed, and reports each
@@ -69,5 +70,50 @@ func TestStepsHoldNoInstanceAcrossRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The pool grows while every instance is busy and shrinks back to Prewarm
+// once no call has needed the extra instances for IdleTimeout. The
+// concurrency example decides by blocking in Eval, so each decision holds
+// an instance while its script waits.
+func TestPoolGrowsWithDemandAndShrinksBack(t *testing.T) {
+	p := fresh(t, "../../examples/plugins/concurrency/wasm", wasm.Options{PoolSize: 4, Prewarm: 1,
+		IdleTimeout: 100 * time.Millisecond, CallTimeout: 5 * time.Second})
+	if p.Steps() {
+		t.Fatal("the concurrency example decides in steps: this test needs a module that blocks in Eval")
+	}
+	cfg := plugintest.Configure(t, p, map[string]any{"limit": 10, "ttl": "1m"})
+	h := &gatedHost{entered: make(chan struct{}), gate: make(chan struct{})}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			_, _ = p.Decide(context.Background(), h, cfg, sdk.Request{Subject: "s", Hits: 1, DedupID: fmt.Sprint("lease-", i)})
+		})
+	}
+	for range 4 {
+		select {
+		case <-h.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the decisions did not reach Eval")
+		}
+	}
+	if s := p.Stats(); s.Instances != 4 || s.Idle != 0 {
+		t.Fatalf("%+v: four waiting decisions, want four busy instances", s)
+	}
+	close(h.gate)
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().Instances != 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := p.Stats(); s.Instances != 1 || s.Trimmed != 3 {
+		t.Fatalf("%+v: want the pool back at Prewarm (1), 3 instances trimmed", s)
+	}
+	// Still usable.
+	h2 := &gatedHost{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	close(h2.gate)
+	if _, err := p.Decide(context.Background(), h2, cfg, sdk.Request{Subject: "s", Hits: 1, DedupID: "lease-4"}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -41,6 +41,9 @@ const (
 	// than the capability's Redis time-out (250ms by default): a deadline
 	// that expires inside a Redis call kills the instance.
 	DefaultCallTimeout = time.Second
+	// DefaultIdleTimeout is how long an instance beyond Options.Prewarm
+	// may stay idle before the pool closes it.
+	DefaultIdleTimeout = 30 * time.Second
 	// DefaultMemoryLimitPages caps an instance's memory: 1024 pages of
 	// 64 KiB, 64 MiB.
 	DefaultMemoryLimitPages = 1024
@@ -63,6 +66,11 @@ type Options struct {
 	// Prewarm is how many instances are created at Load and kept ready.
 	// Default GOMAXPROCS, at most PoolSize.
 	Prewarm int
+	// IdleTimeout is how long instances beyond Prewarm may stay idle: the
+	// pool creates instances when every one is busy (up to PoolSize) and
+	// closes those that no call needed for a whole IdleTimeout. Default
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// CallTimeout bounds every call into the guest, its Redis calls
 	// included. Default DefaultCallTimeout.
 	CallTimeout time.Duration
@@ -104,6 +112,9 @@ func (o *Options) fill() {
 	o.Prewarm = min(o.Prewarm, o.PoolSize)
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.MemoryLimitPages == 0 {
 		o.MemoryLimitPages = DefaultMemoryLimitPages
@@ -226,6 +237,7 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 	p.log = opts.Logger.With("plugin", p.info.Name)
 	p.pool = newPool(p, opts.PoolSize)
 	p.pool.add(first)
+	go p.pool.trimEvery(opts.IdleTimeout)
 	for range opts.Prewarm - 1 {
 		in, err := p.newInstance(ctx)
 		if err != nil {
@@ -495,6 +507,9 @@ type Stats struct {
 	// closed after a failed call, Recycled those closed because they held
 	// many configs no longer in use.
 	Created, Discarded, Recycled uint64
+	// Trimmed counts instances closed because no call needed them for
+	// Options.IdleTimeout.
+	Trimmed uint64
 	// Configs is the number of configs in use.
 	Configs int
 	// MaxMemory is the largest linear memory, in bytes, any instance has
@@ -506,7 +521,7 @@ type Stats struct {
 func (p *Plugin) Stats() Stats {
 	closed := p.closedInstances.Load() // first: never more than created
 	created := p.created.Load()
-	return Stats{Instances: int(created - closed), Idle: p.pool.idleCount(), Created: created,
+	return Stats{Instances: int(created - closed), Idle: p.pool.idleCount(), Created: created, Trimmed: p.pool.trimmed.Load(),
 		Discarded: p.discarded.Load(), Recycled: p.recycled.Load(), Configs: p.liveConfigs(), MaxMemory: p.maxMemory.Load()}
 }
 

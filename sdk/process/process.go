@@ -166,7 +166,9 @@ func (s *server) Init(_ context.Context, req *pluginpb.InitRequest) (*abipb.Info
 		}
 	}
 	info := s.alg.Info()
-	return pluginrpc.InfoToPB(&info), nil
+	pb := pluginrpc.InfoToPB(&info)
+	_, pb.Steps = s.alg.(sdk.Stepper)
+	return pb, nil
 }
 
 // Configure implements pluginpb.PluginServer.
@@ -219,6 +221,52 @@ func (s *server) Decide(ctx context.Context, req *pluginpb.DecideRequest) (*abip
 		return pluginrpc.DecideErrorToPB(err), nil
 	}
 	return &abipb.DecideResponse{Decision: pluginrpc.DecisionToPB(&d)}, nil
+}
+
+// Step implements pluginpb.PluginServer for an algorithm that decides in
+// steps (sdk.Stepper). As with Decide, a failure is an answer with an
+// error.
+func (s *server) Step(ctx context.Context, req *abipb.StepRequest) (*abipb.StepResponse, error) {
+	st, ok := s.alg.(sdk.Stepper)
+	if !ok {
+		return nil, fmt.Errorf("process: %T does not decide in steps (Info did not declare steps)", s.alg)
+	}
+	id, r, prev, reply, err := pluginrpc.StepRequestFromPB(req)
+	if err != nil {
+		return nil, fmt.Errorf("process: %w", err)
+	}
+	s.mu.RLock()
+	cfg, ok := s.configs[id]
+	s.mu.RUnlock()
+	if !ok {
+		return &abipb.StepResponse{Error: fmt.Sprintf("unknown config id %d", id)}, nil
+	}
+	step, err := s.step(ctx, st, cfg, r, prev, reply)
+	if err == nil {
+		err = step.Check()
+	}
+	var resp *abipb.StepResponse
+	if err == nil {
+		resp, err = pluginrpc.StepToPB(&step)
+	}
+	if err != nil {
+		e := pluginrpc.DecideErrorToPB(err)
+		return &abipb.StepResponse{Error: e.GetError(), BadRequest: e.GetBadRequest()}, nil
+	}
+	return resp, nil
+}
+
+func (s *server) step(ctx context.Context, st sdk.Stepper, cfg sdk.Config, r sdk.Request, prev *sdk.Step, reply sdk.Reply) (step sdk.Step, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("Step panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			step, err = sdk.Step{}, fmt.Errorf("plugin panicked: %v", v)
+		}
+	}()
+	if prev == nil {
+		return st.Start(ctx, cfg, r)
+	}
+	return st.Resume(ctx, cfg, r, *prev, reply)
 }
 
 func (s *server) decide(ctx context.Context, h sdk.Host, cfg sdk.Config, r sdk.Request) (d sdk.Decision, err error) {

@@ -377,11 +377,12 @@ const file_sdk_abi_plugin_proto_rawDesc = "" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x14\n" +
 	"\x05level\x18\x02 \x01(\x11R\x05level\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"\r\n" +
-	"\vLogResponse2\xdb\x01\n" +
+	"\vLogResponse2\x9a\x02\n" +
 	"\x06Plugin\x128\n" +
 	"\x04Init\x12\x1c.ruled.plugin.v1.InitRequest\x1a\x12.ruled.abi.v1.Info\x12O\n" +
 	"\tConfigure\x12!.ruled.plugin.v1.ConfigureRequest\x1a\x1f.ruled.abi.v1.ConfigureResponse\x12F\n" +
-	"\x06Decide\x12\x1e.ruled.plugin.v1.DecideRequest\x1a\x1c.ruled.abi.v1.DecideResponse2\x83\x01\n" +
+	"\x06Decide\x12\x1e.ruled.plugin.v1.DecideRequest\x1a\x1c.ruled.abi.v1.DecideResponse\x12=\n" +
+	"\x04Step\x12\x19.ruled.abi.v1.StepRequest\x1a\x1a.ruled.abi.v1.StepResponse2\x83\x01\n" +
 	"\x04Host\x129\n" +
 	"\x04Eval\x12\x1c.ruled.plugin.v1.EvalRequest\x1a\x13.ruled.abi.v1.Reply\x12@\n" +
 	"\x03Log\x12\x1b.ruled.plugin.v1.LogRequest\x1a\x1c.ruled.plugin.v1.LogResponseB1Z/github.com/ruled-dev/ruled/sdk/process/pluginpbb\x06proto3"
@@ -409,10 +410,12 @@ var file_sdk_abi_plugin_proto_goTypes = []any{
 	(*abipb.ConfigureRequest)(nil),  // 6: ruled.abi.v1.ConfigureRequest
 	(*abipb.DecideRequest)(nil),     // 7: ruled.abi.v1.DecideRequest
 	(*abipb.EvalRequest)(nil),       // 8: ruled.abi.v1.EvalRequest
-	(*abipb.Info)(nil),              // 9: ruled.abi.v1.Info
-	(*abipb.ConfigureResponse)(nil), // 10: ruled.abi.v1.ConfigureResponse
-	(*abipb.DecideResponse)(nil),    // 11: ruled.abi.v1.DecideResponse
-	(*abipb.Reply)(nil),             // 12: ruled.abi.v1.Reply
+	(*abipb.StepRequest)(nil),       // 9: ruled.abi.v1.StepRequest
+	(*abipb.Info)(nil),              // 10: ruled.abi.v1.Info
+	(*abipb.ConfigureResponse)(nil), // 11: ruled.abi.v1.ConfigureResponse
+	(*abipb.DecideResponse)(nil),    // 12: ruled.abi.v1.DecideResponse
+	(*abipb.StepResponse)(nil),      // 13: ruled.abi.v1.StepResponse
+	(*abipb.Reply)(nil),             // 14: ruled.abi.v1.Reply
 }
 var file_sdk_abi_plugin_proto_depIdxs = []int32{
 	6,  // 0: ruled.plugin.v1.ConfigureRequest.configure:type_name -> ruled.abi.v1.ConfigureRequest
@@ -421,15 +424,17 @@ var file_sdk_abi_plugin_proto_depIdxs = []int32{
 	0,  // 3: ruled.plugin.v1.Plugin.Init:input_type -> ruled.plugin.v1.InitRequest
 	1,  // 4: ruled.plugin.v1.Plugin.Configure:input_type -> ruled.plugin.v1.ConfigureRequest
 	2,  // 5: ruled.plugin.v1.Plugin.Decide:input_type -> ruled.plugin.v1.DecideRequest
-	3,  // 6: ruled.plugin.v1.Host.Eval:input_type -> ruled.plugin.v1.EvalRequest
-	4,  // 7: ruled.plugin.v1.Host.Log:input_type -> ruled.plugin.v1.LogRequest
-	9,  // 8: ruled.plugin.v1.Plugin.Init:output_type -> ruled.abi.v1.Info
-	10, // 9: ruled.plugin.v1.Plugin.Configure:output_type -> ruled.abi.v1.ConfigureResponse
-	11, // 10: ruled.plugin.v1.Plugin.Decide:output_type -> ruled.abi.v1.DecideResponse
-	12, // 11: ruled.plugin.v1.Host.Eval:output_type -> ruled.abi.v1.Reply
-	5,  // 12: ruled.plugin.v1.Host.Log:output_type -> ruled.plugin.v1.LogResponse
-	8,  // [8:13] is the sub-list for method output_type
-	3,  // [3:8] is the sub-list for method input_type
+	9,  // 6: ruled.plugin.v1.Plugin.Step:input_type -> ruled.abi.v1.StepRequest
+	3,  // 7: ruled.plugin.v1.Host.Eval:input_type -> ruled.plugin.v1.EvalRequest
+	4,  // 8: ruled.plugin.v1.Host.Log:input_type -> ruled.plugin.v1.LogRequest
+	10, // 9: ruled.plugin.v1.Plugin.Init:output_type -> ruled.abi.v1.Info
+	11, // 10: ruled.plugin.v1.Plugin.Configure:output_type -> ruled.abi.v1.ConfigureResponse
+	12, // 11: ruled.plugin.v1.Plugin.Decide:output_type -> ruled.abi.v1.DecideResponse
+	13, // 12: ruled.plugin.v1.Plugin.Step:output_type -> ruled.abi.v1.StepResponse
+	14, // 13: ruled.plugin.v1.Host.Eval:output_type -> ruled.abi.v1.Reply
+	5,  // 14: ruled.plugin.v1.Host.Log:output_type -> ruled.plugin.v1.LogResponse
+	9,  // [9:15] is the sub-list for method output_type
+	3,  // [3:9] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name

@@ -37,6 +37,7 @@ const (
 	Plugin_Init_FullMethodName      = "/ruled.plugin.v1.Plugin/Init"
 	Plugin_Configure_FullMethodName = "/ruled.plugin.v1.Plugin/Configure"
 	Plugin_Decide_FullMethodName    = "/ruled.plugin.v1.Plugin/Decide"
+	Plugin_Step_FullMethodName      = "/ruled.plugin.v1.Plugin/Step"
 )
 
 // PluginClient is the client API for Plugin service.
@@ -55,6 +56,12 @@ type PluginClient interface {
 	// Decide answers one request. Its deadline is ruled's per-call time-out;
 	// the plugin's Host calls for this decision carry call_id.
 	Decide(ctx context.Context, in *DecideRequest, opts ...grpc.CallOption) (*abipb.DecideResponse, error)
+	// Step advances a decision of a plugin whose Info declares steps, as the
+	// Wasm export ruled_step does (docs/abi.md, "Steps"): ruled calls it
+	// instead of Decide and runs each script call itself, so no plugin call
+	// waits on Redis and no Host call comes back. Its deadline is ruled's
+	// per-call time-out.
+	Step(ctx context.Context, in *abipb.StepRequest, opts ...grpc.CallOption) (*abipb.StepResponse, error)
 }
 
 type pluginClient struct {
@@ -95,6 +102,16 @@ func (c *pluginClient) Decide(ctx context.Context, in *DecideRequest, opts ...gr
 	return out, nil
 }
 
+func (c *pluginClient) Step(ctx context.Context, in *abipb.StepRequest, opts ...grpc.CallOption) (*abipb.StepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(abipb.StepResponse)
+	err := c.cc.Invoke(ctx, Plugin_Step_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility.
@@ -111,6 +128,12 @@ type PluginServer interface {
 	// Decide answers one request. Its deadline is ruled's per-call time-out;
 	// the plugin's Host calls for this decision carry call_id.
 	Decide(context.Context, *DecideRequest) (*abipb.DecideResponse, error)
+	// Step advances a decision of a plugin whose Info declares steps, as the
+	// Wasm export ruled_step does (docs/abi.md, "Steps"): ruled calls it
+	// instead of Decide and runs each script call itself, so no plugin call
+	// waits on Redis and no Host call comes back. Its deadline is ruled's
+	// per-call time-out.
+	Step(context.Context, *abipb.StepRequest) (*abipb.StepResponse, error)
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -129,6 +152,9 @@ func (UnimplementedPluginServer) Configure(context.Context, *ConfigureRequest) (
 }
 func (UnimplementedPluginServer) Decide(context.Context, *DecideRequest) (*abipb.DecideResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Decide not implemented")
+}
+func (UnimplementedPluginServer) Step(context.Context, *abipb.StepRequest) (*abipb.StepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Step not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 func (UnimplementedPluginServer) testEmbeddedByValue()                {}
@@ -205,6 +231,24 @@ func _Plugin_Decide_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Plugin_Step_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(abipb.StepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).Step(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Plugin_Step_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).Step(ctx, req.(*abipb.StepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Plugin_ServiceDesc is the grpc.ServiceDesc for Plugin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -223,6 +267,10 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Decide",
 			Handler:    _Plugin_Decide_Handler,
+		},
+		{
+			MethodName: "Step",
+			Handler:    _Plugin_Step_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
