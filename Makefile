@@ -5,7 +5,7 @@ RULES     ?= examples/rules
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: run test deps build lint fmt bench plugins plugin-as bench-go fuzz
+.PHONY: run test deps build lint fmt bench bench-drivers plugins plugin-as bench-go fuzz
 
 # MODULES are the repository's Go modules: ruled itself and the SDK that
 # plugins depend on (docs/plugins.md, "The SDK as a Go module"). `./...`
@@ -69,6 +69,11 @@ fmt:
 bench:
 	@./scripts/deps.sh bench
 	$(GO) run ./bench -duration 5s -concurrency 64
+
+## bench-drivers: ruled serve per plugin driver (native, Wasm, process) over HTTP, against issue 18's targets
+bench-drivers:
+	@./scripts/deps.sh run
+	$(GO) run ./bench -drivers -duration 5s -concurrency 64 -rounds 3
 
 ## bench-go: Go benchmarks of every layer against a real redis-server
 bench-go:

@@ -19,6 +19,37 @@
 // unless -redis names one.
 //
 //	go run ./bench -duration 5s -concurrency 64 -rounds 3
+//
+// # Drivers
+//
+// With -drivers it measures the plugin drivers instead (issue 18), each in
+// a real daemon: it builds cmd/ruled, the fixedwindow built-in and
+// examples/plugins/gcra as Wasm modules (`ruled plugin build`) and
+// fixedwindow as a process plugin (bench/fwprocess), once, into a temporary
+// directory; starts one redis-server and one `ruled serve` per scenario in
+// its default configuration (but --rules, --listen, --redis and the
+// driver's flags), each with one rule over request.ip:
+//
+//   - native: fixedwindow linked in;
+//   - wasm-builtin: the same rule with --builtins=wasm;
+//   - process: the same rule through the process plugin;
+//   - native-tokenbucket: tokenbucket linked in;
+//   - wasm-gcra: the gcra Wasm plugin with tokenbucket's config.
+//
+// It keeps every daemon running through the whole run, warms each up, and
+// then drives POST /v1/check from Go's HTTP client (keep-alive) at
+// -concurrency for -duration, every scenario in round 1, then every one in
+// round 2, ..., each round followed by a low-load pass (one connection for
+// -low-duration). Per scenario it reports the median requests per second
+// and their range, p50/p99 of the median round, p50/p99 at low load, CPU per
+// request of ruled and its child processes (/proc/PID/stat), Redis and this
+// process, ruled's VmRSS at the end of the load and its VmHWM, and the
+// per-round ratios to the native scenario of the same round (throughput and
+// p99; wasm-gcra against native-tokenbucket), with issue 18's targets.
+// -only picks among these scenario names; -json writes JSON instead of the
+// table. Run it from the repository (it builds from there):
+//
+//	go run ./bench -drivers -duration 5s -rounds 3
 package main
 
 import (
@@ -77,6 +108,10 @@ type config struct {
 	rounds   int
 	redisURL string
 	only     string
+
+	drivers     bool          // the drivers mode instead of the in-process scenarios
+	lowDuration time.Duration // the drivers mode's low-load pass
+	json        bool          // the drivers mode's report as JSON
 }
 
 func main() {
@@ -86,7 +121,11 @@ func main() {
 	flag.IntVar(&c.subjects, "subjects", 10_000, "distinct subjects the load spreads over")
 	flag.IntVar(&c.rounds, "rounds", 3, "run the selected scenarios this many times, interleaved, and report medians")
 	flag.StringVar(&c.redisURL, "redis", "", "Redis URL; empty starts a private redis-server")
-	flag.StringVar(&c.only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ","))
+	flag.StringVar(&c.only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ",")+
+		"; with -drivers: "+strings.Join(driverNames, ","))
+	flag.BoolVar(&c.drivers, "drivers", false, "measure the plugin drivers, each in a ruled serve daemon over HTTP (see the package comment)")
+	flag.DurationVar(&c.lowDuration, "low-duration", 2*time.Second, "with -drivers: how long each round's low-load pass (one connection) runs per scenario")
+	flag.BoolVar(&c.json, "json", false, "with -drivers: write the report as JSON")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if c.rounds < 1 {
@@ -102,7 +141,11 @@ func main() {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(c); err != nil {
+	runMode := run
+	if c.drivers {
+		runMode = runDrivers
+	}
+	if err := runMode(c); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -624,10 +667,14 @@ func parseRedisCPU(info string) (time.Duration, error) {
 }
 
 // parseOnly is the set of scenarios -only selects: every one when empty.
-func parseOnly(only string) (map[string]bool, error) {
-	sel := make(map[string]bool, len(scenarioNames))
+func parseOnly(only string) (map[string]bool, error) { return parseSelection(only, scenarioNames) }
+
+// parseSelection is the set of names that only (comma-separated) selects
+// among known: every one when empty.
+func parseSelection(only string, known []string) (map[string]bool, error) {
+	sel := make(map[string]bool, len(known))
 	if strings.TrimSpace(only) == "" {
-		for _, n := range scenarioNames {
+		for _, n := range known {
 			sel[n] = true
 		}
 		return sel, nil
@@ -637,8 +684,8 @@ func parseOnly(only string) (map[string]bool, error) {
 		if n == "" {
 			continue
 		}
-		if !slices.Contains(scenarioNames, n) {
-			return nil, fmt.Errorf("-only: unknown scenario %q (known: %s)", n, strings.Join(scenarioNames, ", "))
+		if !slices.Contains(known, n) {
+			return nil, fmt.Errorf("-only: unknown scenario %q (known: %s)", n, strings.Join(known, ", "))
 		}
 		sel[n] = true
 	}

@@ -1,0 +1,869 @@
+package main
+
+// The drivers mode (-drivers): the same decisions through each plugin
+// driver, each in a real `ruled serve` daemon, over HTTP.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ruled-dev/ruled/host/store"
+)
+
+// Driver scenario names, in the order each round runs them.
+const (
+	drNative      = "native"             // fixedwindow linked into ruled
+	drWasm        = "wasm-builtin"       // the same built-in through --builtins=wasm
+	drProcess     = "process"            // the same built-in as a process plugin
+	drTokenbucket = "native-tokenbucket" // tokenbucket linked into ruled
+	drGCRA        = "wasm-gcra"          // examples/plugins/gcra as a Wasm plugin
+)
+
+var driverNames = []string{drNative, drWasm, drProcess, drTokenbucket, drGCRA}
+
+// driverScenario is one daemon: its rule file and the serve flags beyond
+// --rules, --listen and --redis.
+type driverScenario struct {
+	name  string
+	base  string // the native scenario its ratios are taken against; "" for a native one
+	rules string
+	args  []string
+}
+
+// Both configs let every request through: the benchmark measures the
+// decision, not denials. The rate-based pair allows a billion a second with
+// a burst of a million, within both plugins' exact-arithmetic bounds.
+const (
+	fixedWindowConfig = "{limit: 1000000000, window: 1h}"
+	rateConfig        = "{rate: 1000000000, per: 1s, burst: 1000000}"
+)
+
+// ruleYAML is a rule file with one rule name over request.ip, preceded by
+// plugins (a plugins: block, or "").
+func ruleYAML(plugins, name, plugin, config string) string {
+	return plugins + "rules:\n  - name: " + name + "\n    subject: request.ip\n    plugin: " + plugin + "\n    config: " + config + "\n"
+}
+
+// driverScenarios are the daemons, with the build outputs under dir (see
+// buildDrivers).
+func driverScenarios(dir string) []driverScenario {
+	return []driverScenario{
+		{name: drNative, rules: ruleYAML("", drNative, "fixedwindow", fixedWindowConfig)},
+		{name: drWasm, base: drNative, rules: ruleYAML("", drWasm, "fixedwindow", fixedWindowConfig),
+			args: []string{"--builtins=wasm", "--plugins-dir", filepath.Join(dir, "plugins")}},
+		{name: drProcess, base: drNative, rules: ruleYAML("plugins:\n  fixedwindow-process: {process: ./fixedwindow-process}\n",
+			drProcess, "fixedwindow-process", fixedWindowConfig)},
+		{name: drTokenbucket, rules: ruleYAML("", drTokenbucket, "tokenbucket", rateConfig)},
+		{name: drGCRA, base: drTokenbucket, rules: ruleYAML("plugins:\n  gcra: {wasm: ./gcra.wasm}\n", drGCRA, "gcra", rateConfig)},
+	}
+}
+
+// buildDrivers builds, once for the whole run, into dir: the ruled binary,
+// the fixedwindow built-in as a Wasm module where --plugins-dir dir/plugins
+// finds it, the gcra example as dir/gcra.wasm (both with `ruled plugin
+// build`, as docs/plugins.md has it) and fixedwindow as a process plugin,
+// dir/fixedwindow-process. root is the repository's root. It returns the
+// ruled binary's path.
+func buildDrivers(ctx context.Context, root, dir string) (string, error) {
+	ruled := filepath.Join(dir, "ruled")
+	steps := []struct {
+		name string
+		args []string
+	}{
+		{"go", []string{"build", "-o", ruled, "./cmd/ruled"}},
+		{ruled, []string{"plugin", "build", "./plugins/fixedwindow/wasm", "-o", filepath.Join(dir, "plugins", "fixedwindow.wasm")}},
+		{ruled, []string{"plugin", "build", "./examples/plugins/gcra/wasm", "-o", filepath.Join(dir, "gcra.wasm")}},
+		{"go", []string{"build", "-o", filepath.Join(dir, "fixedwindow-process"), "./bench/fwprocess"}},
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "plugins"), 0o700); err != nil {
+		return "", fmt.Errorf("building: %w", err)
+	}
+	for _, s := range steps {
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, s.name, s.args...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("building: %s %s: %w\n%s", filepath.Base(s.name), strings.Join(s.args, " "), err, out)
+		}
+		fmt.Fprintf(os.Stderr, "built: %s %s (%v)\n", filepath.Base(s.name), strings.Join(s.args, " "), time.Since(start).Round(100*time.Millisecond))
+	}
+	return ruled, nil
+}
+
+// repoRoot is the directory of the ruled module's go.mod, which the
+// harness must be run from (or below).
+func repoRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	if _, err := os.Stat(filepath.Join(root, "cmd", "ruled")); err != nil {
+		return "", fmt.Errorf("run from the ruled repository (the module at %s has no cmd/ruled): %w", root, err)
+	}
+	return root, nil
+}
+
+// daemon is one running `ruled serve`.
+type daemon struct {
+	sc      driverScenario
+	cmd     *exec.Cmd
+	url     string // POST /v1/check
+	logPath string
+	exited  chan struct{} // closed when the process has exited
+	hc      *http.Client
+}
+
+// startDaemon starts `ruled serve` for sc in dir, on a free loopback port,
+// against redisURL, and waits until /readyz answers 200.
+func startDaemon(ctx context.Context, ruled, dir, redisURL string, sc driverScenario, conc int) (*daemon, error) {
+	rules := filepath.Join(dir, sc.name+".yaml")
+	if err := os.WriteFile(rules, []byte(sc.rules), 0o600); err != nil {
+		return nil, fmt.Errorf("%s: writing the rules: %w", sc.name, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("%s: finding a free port: %w", sc.name, err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	logPath := filepath.Join(dir, sc.name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", sc.name, err)
+	}
+	args := append([]string{"serve", "--rules", rules, "--listen", addr, "--redis", redisURL}, sc.args...)
+	cmd := exec.Command(ruled, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The default configuration: no RULED_* variable of this shell.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RULED_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("%s: starting ruled: %w", sc.name, err)
+	}
+	d := &daemon{sc: sc, cmd: cmd, url: "http://" + addr + "/v1/check", logPath: logPath, exited: make(chan struct{}),
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}}
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(d.exited)
+	}()
+	// Compiling a Wasm module takes seconds on a loaded machine.
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		select {
+		case <-d.exited:
+			return nil, fmt.Errorf("%s: ruled exited while starting: %s\n%s", sc.name, cmd.ProcessState, d.logTail())
+		case <-ctx.Done():
+			d.stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return d, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			d.stop()
+			return nil, fmt.Errorf("%s: not ready after 3 minutes\n%s", sc.name, d.logTail())
+		}
+	}
+}
+
+// logTail is the last lines of the daemon's log.
+func (d *daemon) logTail() string {
+	b, err := os.ReadFile(d.logPath)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-15):], "\n")
+}
+
+// stop asks ruled to stop (SIGTERM) and kills it after 10 seconds.
+func (d *daemon) stop() {
+	d.hc.CloseIdleConnections()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+	}
+}
+
+func (d *daemon) pid() int { return d.cmd.Process.Pid }
+
+// check asks one check and wants it allowed and not degraded: the rule
+// decides through its driver.
+func (d *daemon) check(body []byte) error {
+	resp, err := d.hc.Post(d.url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.sc.name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s: reading the answer: %w", d.sc.name, err)
+	}
+	var a struct {
+		Allowed bool `json:"allowed"`
+		Results []struct {
+			Rule     string `json:"rule"`
+			Degraded string `json:"degraded"`
+		} `json:"results"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &a) != nil || !a.Allowed || len(a.Results) != 1 ||
+		a.Results[0].Rule != d.sc.name || a.Results[0].Degraded != "" {
+		return fmt.Errorf("%s: want an allowed, undegraded answer of rule %s, got %d: %s\n%s", d.sc.name, d.sc.name, resp.StatusCode, b, d.logTail())
+	}
+	return nil
+}
+
+// load drives POST /v1/check from conc keep-alive connections for dur.
+func (d *daemon) load(bodies [][]byte, conc int, dur time.Duration) *result {
+	defer d.hc.CloseIdleConnections() // none sits on the daemon during the others' load
+	return drive(d.sc.name, dur, conc, func(i int) error {
+		resp, err := d.hc.Post(d.url, "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	})
+}
+
+// driverRound is one scenario's figures in one round.
+type driverRound struct {
+	high *result // at -concurrency (with Redis and harness CPU and calls)
+	low  *result // at concurrency 1
+
+	daemonCPU time.Duration // ruled's user+sys time during the high-load pass
+	pluginCPU time.Duration // its child processes' (a process plugin)
+	rssKB     int64         // ruled's VmRSS at the end of the high-load pass
+	pluginKB  int64         // its child processes' VmRSS then
+	instances float64       // ruled_plugin_pool_instances then: Wasm instances, idle and busy; NaN if unknown
+	heapMB    float64       // go_memstats_heap_inuse_bytes then, in MiB; NaN if unknown
+}
+
+// poolAndHeap scrapes the daemon's /metrics for its Wasm instances and its
+// Go heap in use (MiB): what a Wasm driver's RSS is made of.
+func (d *daemon) poolAndHeap() (instances, heapMB float64, err error) {
+	resp, err := d.hc.Get(strings.TrimSuffix(d.url, "/v1/check") + "/metrics")
+	if err != nil {
+		return math.NaN(), math.NaN(), fmt.Errorf("%s: /metrics: %w", d.sc.name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return math.NaN(), math.NaN(), fmt.Errorf("%s: /metrics: %w", d.sc.name, err)
+	}
+	instances, _ = metricSum(string(b), "ruled_plugin_pool_instances")
+	heap, ok := metricSum(string(b), "go_memstats_heap_inuse_bytes")
+	heapMB = math.NaN()
+	if ok {
+		heapMB = heap / (1 << 20)
+	}
+	return instances, heapMB, nil
+}
+
+// metricSum is the sum of every sample of the metric name in a Prometheus
+// text exposition, and whether there was one.
+func metricSum(text, name string) (float64, bool) {
+	var sum float64
+	found := false
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		sum += v
+		found = true
+	}
+	return sum, found
+}
+
+// treeCPU is pid's CPU time and the sum of its live children's.
+func treeCPU(pid int) (self, children time.Duration, err error) {
+	st, err := readProcStat(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, c := range procChildren(pid) {
+		if cs, err := readProcStat(c); err == nil {
+			children += cs.cpu
+		}
+	}
+	return st.cpu, children, nil
+}
+
+// treeMem is pid's VmRSS and VmHWM and the sums of its children's, in KiB.
+func treeMem(pid int) (self, children procMem, err error) {
+	if self, err = readProcStatus(pid); err != nil {
+		return self, children, err
+	}
+	for _, c := range procChildren(pid) {
+		if m, err := readProcStatus(c); err == nil {
+			children.rssKB += m.rssKB
+			children.hwmKB += m.hwmKB
+		}
+	}
+	return self, children, nil
+}
+
+// runDrivers is the drivers mode: see the package comment.
+func runDrivers(c config) error {
+	selected, err := parseSelection(c.only, driverNames)
+	if err != nil {
+		return err
+	}
+	loadAvg := readLoadAvg()
+	ctx := context.Background()
+	root, err := repoRoot(ctx)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "ruled-drivers-")
+	if err != nil {
+		return fmt.Errorf("temporary directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	ruled, err := buildDrivers(ctx, root, dir)
+	if err != nil {
+		return err
+	}
+
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(ctx, store.Options{URL: c.redisURL, Logger: log, Timeout: time.Second})
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	defer st.Close()
+	redisURL := c.redisURL
+	if redisURL == "" {
+		redisURL = "unix://" + st.SocketPath()
+	}
+	client := st.Client()
+
+	var daemons []*daemon
+	defer func() {
+		for _, d := range daemons {
+			d.stop()
+		}
+	}()
+	bodies := make([][]byte, c.subjects)
+	for i := range bodies {
+		bodies[i] = []byte(fmt.Sprintf(`{"request":{"ip":"10.%d.%d.%d","method":"GET","path":"/"}}`, i>>16&255, i>>8&255, i&255))
+	}
+	for _, sc := range driverScenarios(dir) {
+		if !selected[sc.name] {
+			continue
+		}
+		start := time.Now()
+		d, err := startDaemon(ctx, ruled, dir, redisURL, sc, c.conc)
+		if err != nil {
+			return err
+		}
+		daemons = append(daemons, d)
+		if err := d.check(bodies[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "started: %-20s pid %d, ready in %v\n", sc.name, d.pid(), time.Since(start).Round(10*time.Millisecond))
+	}
+	// Warm every daemon up (Wasm instances, connection pools, the Go
+	// runtime's heap) outside the measurement.
+	warm := min(c.duration, 2*time.Second)
+	for _, d := range daemons {
+		d.load(bodies, c.conc, warm)
+	}
+
+	rounds := make(map[string][]*driverRound, len(daemons))
+	for round := 1; round <= c.rounds; round++ {
+		for _, d := range daemons {
+			dr := &driverRound{}
+			r, err := measure(ctx, client, scenario{name: d.sc.name, run: func() (*result, error) {
+				cpu0, child0, err := treeCPU(d.pid())
+				if err != nil {
+					return nil, err
+				}
+				r := d.load(bodies, c.conc, c.duration)
+				cpu1, child1, err := treeCPU(d.pid())
+				if err != nil {
+					return nil, err
+				}
+				self, kids, err := treeMem(d.pid())
+				if err != nil {
+					return nil, err
+				}
+				dr.daemonCPU, dr.pluginCPU = cpu1-cpu0, max(0, child1-child0)
+				dr.rssKB, dr.pluginKB = self.rssKB, kids.rssKB
+				if dr.instances, dr.heapMB, err = d.poolAndHeap(); err != nil {
+					return nil, err
+				}
+				return r, nil
+			}})
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "round %d/%d  %-20s failed: %v\n", round, c.rounds, d.sc.name, err)
+				rounds[d.sc.name] = append(rounds[d.sc.name], nil)
+				continue
+			}
+			dr.high = r
+			rounds[d.sc.name] = append(rounds[d.sc.name], dr)
+			fmt.Fprintf(os.Stderr, "round %d/%d  %-20s %8.0f/s  p99 %v\n", round, c.rounds, d.sc.name, r.rate(), r.percentile(0.99).Round(10*time.Microsecond))
+		}
+		// The low-load pass: one connection, for the latency of a lone request.
+		for _, d := range daemons {
+			runtime.GC()
+			if dr := rounds[d.sc.name][round-1]; dr != nil {
+				dr.low = d.load(bodies, 1, c.lowDuration)
+				fmt.Fprintf(os.Stderr, "round %d/%d  %-20s low load %6.0f/s  p50 %v\n", round, c.rounds, d.sc.name, dr.low.rate(),
+					dr.low.percentile(0.50).Round(time.Microsecond))
+			}
+		}
+	}
+
+	rows := make([]driverRow, 0, len(daemons))
+	for _, d := range daemons {
+		w := summarizeDriver(d.sc.name, d.sc.base, rounds[d.sc.name], rounds[d.sc.base])
+		if self, kids, err := treeMem(d.pid()); err == nil {
+			w.HWMMB, w.PluginHWMMB = mib(self.hwmKB), mib(kids.hwmKB)
+			w.PeakMB = nanMax(w.PeakMB, w.HWMMB)
+		}
+		rows = append(rows, w)
+	}
+	h := reportHeader{conc: c.conc, duration: c.duration, rounds: c.rounds, loadAvg: loadAvg}
+	if c.json {
+		return reportDriversJSON(os.Stdout, h, c.lowDuration, rows)
+	}
+	reportDrivers(os.Stdout, h, c.lowDuration, rows)
+	return nil
+}
+
+// nanMax is the larger of a and b, ignoring a NaN.
+func nanMax(a, b float64) float64 {
+	switch {
+	case math.IsNaN(a):
+		return b
+	case math.IsNaN(b):
+		return a
+	}
+	return math.Max(a, b)
+}
+
+func mib(kb int64) float64 {
+	if kb <= 0 {
+		return math.NaN()
+	}
+	return float64(kb) / 1024
+}
+
+// driverRow is one scenario's line in the drivers report. NaN means not
+// measured or not applicable.
+type driverRow struct {
+	Name, Base string
+	Rounds     int // rounds that ran
+
+	Rate, RateMin, RateMax float64 // requests/s at -concurrency
+	RateVsBase             float64 // median over the rounds of rate / base's rate in the same round
+	P50, P99               time.Duration
+	P99VsBase              float64 // median over the rounds of p99 / base's p99 in the same round
+	LowP50, LowP99         time.Duration
+
+	// CPU µs per request, median over the rounds.
+	RuledUs, PluginUs, RedisUs, ClientUs float64
+	CallsPerReq                          float64
+
+	RSSMB, PluginRSSMB float64 // VmRSS at the end of the last round's high-load pass
+	PeakMB             float64 // the most of VmHWM at the end of the run and every round's VmRSS
+	HWMMB, PluginHWMMB float64 // VmHWM at the end of the run
+	Instances, HeapMB  float64 // Wasm instances and Go heap in use at the end of the last round's load
+	Errors             int64
+}
+
+// summarizeDriver reduces a scenario's rounds (nil where one failed) to a
+// row, with ratios against base's rounds (nil for none).
+func summarizeDriver(name, baseName string, rs, base []*driverRound) driverRow {
+	nan := math.NaN()
+	w := driverRow{Name: name, Base: baseName, Rate: nan, RateMin: nan, RateMax: nan, RateVsBase: nan, P99VsBase: nan,
+		RuledUs: nan, PluginUs: nan, RedisUs: nan, ClientUs: nan, CallsPerReq: nan,
+		RSSMB: nan, PluginRSSMB: nan, PeakMB: nan, HWMMB: nan, PluginHWMMB: nan, Instances: nan, HeapMB: nan}
+	var highs, lows []*result
+	var rates, ruledUs, pluginUs, redisUs, clientUs []float64
+	var calls, decisions int64
+	for _, r := range rs {
+		if r == nil || r.high == nil {
+			continue
+		}
+		w.Rounds++
+		h := r.high
+		highs = append(highs, h)
+		if r.low != nil {
+			lows = append(lows, r.low)
+			w.Errors += r.low.errors
+		}
+		rates = append(rates, h.rate())
+		w.Errors += h.errors
+		calls += h.calls
+		decisions += h.decisions
+		if h.decisions > 0 {
+			n := float64(h.decisions)
+			ruledUs = append(ruledUs, float64(r.daemonCPU.Microseconds())/n)
+			pluginUs = append(pluginUs, float64(r.pluginCPU.Microseconds())/n)
+			clientUs = append(clientUs, float64(h.harnessCPU.Microseconds())/n)
+			if h.redisCPU >= 0 {
+				redisUs = append(redisUs, float64(h.redisCPU.Microseconds())/n)
+			}
+		}
+		w.RSSMB, w.PluginRSSMB = mib(r.rssKB), mib(r.pluginKB)
+		w.Instances, w.HeapMB = r.instances, r.heapMB
+		w.PeakMB = nanMax(w.PeakMB, w.RSSMB)
+	}
+	if w.Rounds == 0 {
+		return w
+	}
+	w.Rate, w.RateMin, w.RateMax = median(rates), slices.Min(rates), slices.Max(rates)
+	m := medianRound(highs)
+	w.P50, w.P99 = m.percentile(0.50), m.percentile(0.99)
+	if l := medianRound(lows); l != nil {
+		w.LowP50, w.LowP99 = l.percentile(0.50), l.percentile(0.99)
+	}
+	w.RuledUs, w.PluginUs, w.RedisUs, w.ClientUs = median(ruledUs), median(pluginUs), median(redisUs), median(clientUs)
+	if decisions > 0 {
+		w.CallsPerReq = float64(calls) / float64(decisions)
+	}
+	var rateRatios, p99Ratios []float64
+	for i := range min(len(rs), len(base)) {
+		a, b := rs[i], base[i]
+		if a == nil || b == nil || a.high == nil || b.high == nil || b.high.rate() <= 0 {
+			continue
+		}
+		rateRatios = append(rateRatios, a.high.rate()/b.high.rate())
+		if bp := b.high.percentile(0.99); bp > 0 {
+			p99Ratios = append(p99Ratios, float64(a.high.percentile(0.99))/float64(bp))
+		}
+	}
+	w.RateVsBase, w.P99VsBase = median(rateRatios), median(p99Ratios)
+	return w
+}
+
+// target is one of issue 18's bounds, checked against a run.
+type target struct {
+	What     string  `json:"what"`
+	Measured string  `json:"measured"`
+	Holds    bool    `json:"holds"`
+	Value    float64 `json:"-"`
+}
+
+// driverTargets checks issue 18's targets against rows: Wasm built-ins and
+// the gcra Wasm plugin at least 0.8 of their native counterpart's
+// throughput with at most twice its p99 and at most 100 MB of daemon RSS;
+// the process plugin at least 0.4 of native throughput and a p50 under
+// 0.5 ms at low load. A target whose scenario did not run is left out.
+func driverTargets(rows []driverRow) []target {
+	byName := make(map[string]driverRow, len(rows))
+	for _, r := range rows {
+		if r.Rounds > 0 {
+			byName[r.Name] = r
+		}
+	}
+	var out []target
+	ratio := func(name, what string, v, bound float64, atLeast bool) {
+		if math.IsNaN(v) {
+			return
+		}
+		holds := v <= bound
+		if atLeast {
+			holds = v >= bound
+		}
+		out = append(out, target{What: fmt.Sprintf("%s %s", name, what), Measured: fmt.Sprintf("%.3f", v), Holds: holds, Value: v})
+	}
+	for _, name := range []string{drWasm, drGCRA} {
+		r, ok := byName[name]
+		if !ok {
+			continue
+		}
+		ratio(name, "throughput ≥ 0.8 × "+r.Base, r.RateVsBase, 0.8, true)
+		ratio(name, "p99 ≤ 2 × "+r.Base, r.P99VsBase, 2, false)
+		if rss := r.RSSMB; !math.IsNaN(rss) {
+			out = append(out, target{What: name + " daemon RSS ≤ 100 MB (VmRSS after the load)", Measured: fmt.Sprintf("%.1f MB", rss), Holds: rss <= 100, Value: rss})
+		}
+		if peak := r.PeakMB; !math.IsNaN(peak) {
+			out = append(out, target{What: name + " daemon RSS ≤ 100 MB (peak)", Measured: fmt.Sprintf("%.1f MB", peak), Holds: peak <= 100, Value: peak})
+		}
+	}
+	if r, ok := byName[drProcess]; ok {
+		ratio(drProcess, "throughput ≥ 0.4 × "+r.Base, r.RateVsBase, 0.4, true)
+		if r.LowP50 > 0 {
+			out = append(out, target{What: drProcess + " p50 < 0.5 ms at concurrency 1", Measured: r.LowP50.Round(time.Microsecond).String(),
+				Holds: r.LowP50 < 500*time.Microsecond, Value: float64(r.LowP50) / float64(time.Millisecond)})
+		}
+	}
+	return out
+}
+
+func reportDrivers(w io.Writer, h reportHeader, lowDur time.Duration, rows []driverRow) {
+	fmt.Fprintf(w, "\nruled serve per driver: concurrency %d, %v per scenario, low load 1 connection for %v, %d round(s) interleaved, %d CPUs",
+		h.conc, h.duration, lowDur, h.rounds, runtime.NumCPU())
+	if h.loadAvg != "" {
+		fmt.Fprintf(w, ", load average %s before the run", h.loadAvg)
+	}
+	fmt.Fprint(w, "\n\n")
+	num := func(v float64, format string) string {
+		if math.IsNaN(v) {
+			return "-"
+		}
+		return fmt.Sprintf(format, v)
+	}
+	ms := func(d time.Duration) string {
+		if d <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	}
+	width := len("scenario")
+	labels := make([]string, len(rows))
+	for i, r := range rows {
+		labels[i] = r.Name
+		if r.Rounds > 0 && r.Rounds < h.rounds {
+			labels[i] += fmt.Sprintf(" (%d/%d rounds)", r.Rounds, h.rounds)
+		}
+		width = max(width, len(labels[i]))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\treq/s\tmin–max\t×base\tp50\tp99\tp99×base\tlow p50\tlow p99\truled µs\tplugin µs\tredis µs\tclient µs\tcalls/req\tRSS MB\tpeak MB\tGo heap MB\tWasm inst\tplugin RSS MB\terrors\t\n", width, "scenario")
+	for i, r := range rows {
+		if r.Rounds == 0 {
+			fmt.Fprintf(tw, "%-*s\tfailed\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", width, labels[i])
+			continue
+		}
+		fmt.Fprintf(tw, "%-*s\t%.0f\t%.0f–%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", width, labels[i],
+			r.Rate, r.RateMin, r.RateMax, num(r.RateVsBase, "%.2f"), ms(r.P50), ms(r.P99), num(r.P99VsBase, "%.2f"),
+			ms(r.LowP50), ms(r.LowP99), num(r.RuledUs, "%.1f"), num(r.PluginUs, "%.1f"), num(r.RedisUs, "%.1f"), num(r.ClientUs, "%.1f"),
+			num(r.CallsPerReq, "%.2f"), num(r.RSSMB, "%.1f"), num(r.PeakMB, "%.1f"), num(r.HeapMB, "%.1f"), num(r.Instances, "%.0f"),
+			num(r.PluginRSSMB, "%.1f"), r.Errors)
+	}
+	tw.Flush()
+	if ts := driverTargets(rows); len(ts) > 0 {
+		fmt.Fprint(w, "\nissue 18's targets:\n")
+		for _, t := range ts {
+			verdict := "holds"
+			if !t.Holds {
+				verdict = "MISSES"
+			}
+			fmt.Fprintf(w, "  %-52s %10s  %s\n", t.What, t.Measured, verdict)
+		}
+	}
+	fmt.Fprint(w, `
+One ruled serve daemon per scenario (default flags but --rules, --listen, --redis and the driver's), all against
+one redis-server, each kept running through every round; POST /v1/check over 10,000 request.ip subjects from Go's
+HTTP client in this process (keep-alive). req/s: median over the rounds, min–max over them; p50/p99: the median
+round's; ×base and p99×base: median over the rounds of the ratio to the native scenario of the same round
+(native for wasm-builtin and process, native-tokenbucket for wasm-gcra). low p50/p99: one connection, the median
+round's. µs: CPU time per request, median over the rounds: ruled (/proc/PID/stat), its child processes (the
+process plugin), Redis (INFO cpu), this process (getrusage: the load generator). RSS: ruled's VmRSS at the end
+of the last round's load; peak: the most of its VmHWM at the end of the run and every round's VmRSS (the
+kernel updates VmHWM lazily); Go heap: its go_memstats_heap_inuse_bytes and Wasm inst: the sum of its
+ruled_plugin_pool_instances, both from /metrics after the last round's load; plugin RSS: its child processes'.
+`)
+}
+
+// reportDriversJSON writes the rows and the targets as one JSON object;
+// times are in microseconds, sizes in MiB, and what was not measured is null.
+func reportDriversJSON(w io.Writer, h reportHeader, lowDur time.Duration, rows []driverRow) error {
+	f := func(v float64) any {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return v
+	}
+	us := func(d time.Duration) any {
+		if d <= 0 {
+			return nil
+		}
+		return float64(d) / float64(time.Microsecond)
+	}
+	out := map[string]any{
+		"concurrency": h.conc, "duration_s": h.duration.Seconds(), "low_duration_s": lowDur.Seconds(), "rounds": h.rounds,
+		"cpus": runtime.NumCPU(), "load_average": h.loadAvg, "targets": driverTargets(rows),
+	}
+	var scenarios []map[string]any
+	for _, r := range rows {
+		scenarios = append(scenarios, map[string]any{
+			"name": r.Name, "base": r.Base, "rounds": r.Rounds, "errors": r.Errors,
+			"rate": f(r.Rate), "rate_min": f(r.RateMin), "rate_max": f(r.RateMax), "rate_vs_base": f(r.RateVsBase),
+			"p50_us": us(r.P50), "p99_us": us(r.P99), "p99_vs_base": f(r.P99VsBase), "low_p50_us": us(r.LowP50), "low_p99_us": us(r.LowP99),
+			"ruled_cpu_us": f(r.RuledUs), "plugin_cpu_us": f(r.PluginUs), "redis_cpu_us": f(r.RedisUs), "client_cpu_us": f(r.ClientUs),
+			"redis_calls_per_req": f(r.CallsPerReq),
+			"rss_mib":             f(r.RSSMB),
+			"peak_mib":            f(r.PeakMB),
+			"hwm_mib":             f(r.HWMMB),
+			"go_heap_inuse_mib":   f(r.HeapMB),
+			"wasm_instances":      f(r.Instances),
+			"plugin_rss_mib":      f(r.PluginRSSMB),
+			"plugin_hwm_mib":      f(r.PluginHWMMB),
+		})
+	}
+	out["scenarios"] = scenarios
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("writing the JSON report: %w", err)
+	}
+	return nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
+
+// procStat is what the harness reads from /proc/PID/stat.
+type procStat struct {
+	ppid int
+	cpu  time.Duration // utime + stime
+}
+
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, fmt.Errorf("reading the CPU time of process %d: %w", pid, err)
+	}
+	st, err := parseProcStat(string(b))
+	if err != nil {
+		return procStat{}, fmt.Errorf("process %d: %w", pid, err)
+	}
+	return st, nil
+}
+
+// parseProcStat parses a /proc/PID/stat line: the parent's pid (field 4)
+// and utime + stime (fields 14 and 15, in clock ticks). The command name
+// (field 2) is in parentheses and may hold spaces and parentheses itself,
+// so the fields are counted from the last ')'.
+func parseProcStat(s string) (procStat, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("/proc stat %q: no command name", s)
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3, the state
+	if len(f) < 13 {
+		return procStat{}, fmt.Errorf("/proc stat %q: %d fields after the command name, want at least 13", s, len(f))
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return procStat{}, fmt.Errorf("/proc stat ppid: %w", err)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return procStat{}, fmt.Errorf("/proc stat CPU time: %w", err)
+		}
+		ticks += n
+	}
+	return procStat{ppid: ppid, cpu: time.Duration(ticks) * time.Second / clockTicks}, nil
+}
+
+// procMem is a process's resident set now and at its peak, in KiB.
+type procMem struct{ rssKB, hwmKB int64 }
+
+func readProcStatus(pid int) (procMem, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return procMem{}, fmt.Errorf("reading the memory of process %d: %w", pid, err)
+	}
+	m, err := parseProcStatus(string(b))
+	if err != nil {
+		return procMem{}, fmt.Errorf("process %d: %w", pid, err)
+	}
+	return m, nil
+}
+
+// parseProcStatus reads VmRSS and VmHWM ("VmRSS:\t  12345 kB") from
+// /proc/PID/status.
+func parseProcStatus(s string) (procMem, error) {
+	var m procMem
+	found := 0
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			return procMem{}, fmt.Errorf("/proc status %s: %q, want a number of kB", k, strings.TrimSpace(v))
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return procMem{}, fmt.Errorf("/proc status %s: %w", k, err)
+		}
+		if k == "VmRSS" {
+			m.rssKB = n
+		} else {
+			m.hwmKB = n
+		}
+		found++
+	}
+	if found != 2 {
+		return procMem{}, errors.New("/proc status has no VmRSS and VmHWM")
+	}
+	return m, nil
+}
+
+// procChildren lists the live processes whose parent is pid.
+func procChildren(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == pid {
+			continue
+		}
+		if st, err := readProcStat(p); err == nil && st.ppid == pid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
