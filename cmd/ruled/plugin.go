@@ -97,18 +97,29 @@ func pluginInspect(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "ruled plugin inspect: %v\n", err)
 		return 1
 	}
-	info, err := wasm.Inspect(ctx, path)
+	m, err := wasm.Inspect(ctx, path)
 	if err != nil {
 		fmt.Fprintf(stderr, "ruled plugin inspect: %v\n", err)
 		return 1
 	}
+	info := m.Info
 	traits := strings.Join(info.Traits.Names(), " ")
 	if traits == "" {
 		traits = "none (the engine takes no shortcut: docs/rules.md, \"Shortcuts\")"
 	}
-	fmt.Fprintf(stdout, "file     %s\nsha256   %s\nname     %s\nversion  %s\ntraits   %s\nscripts\n", path, sum, info.Name, info.Version, traits)
+	steps := "no (ruled_decide: an instance waits while Redis answers; docs/abi.md, \"Steps\")"
+	if m.Steps {
+		steps = "yes"
+	}
+	fmt.Fprintf(stdout, "file     %s\nsha256   %s\nname     %s\nversion  %s\ntraits   %s\nsteps    %s\nscripts\n",
+		path, sum, info.Name, info.Version, traits, steps)
 	for _, s := range info.Scripts {
 		fmt.Fprintf(stdout, "  %s: %s\n", s.Name, strings.Join(s.Commands, " "))
+		if s.Returns != nil {
+			fmt.Fprintf(stdout, "    returns %s\n", s.Returns)
+		} else {
+			fmt.Fprintf(stdout, "    returns anything (no declared reply: docs/abi.md, \"Declared replies\")\n")
+		}
 	}
 	fmt.Fprintf(stdout, "\nDeclare it in a rule file (the path is relative to that file):\n\n"+
 		"plugins:\n  %s: {wasm: %s, sha256: \"%s\"}\n", info.Name, filepath.Base(path), sum)

@@ -51,7 +51,8 @@ func TestPluginBuildAndInspect(t *testing.T) {
 		"name     gcra\n",
 		"version  1.0.0\n",
 		"traits   firm_denials leasable refunds\n",
-		"  decide: HMGET HSET PEXPIRE DEL\n",
+		"steps    yes\n",
+		"  decide: HMGET HSET PEXPIRE DEL\n    returns {allowed, granted, limit, remaining, reset_us, retry_after_us}\n",
 		`gcra: {wasm: gcra.wasm, sha256: "` + sum + `"}`,
 	} {
 		if !strings.Contains(got, want) {

@@ -57,7 +57,8 @@ func TestOutOfTreeWasmPluginNeedsOnlyTheSDK(t *testing.T) {
 	if code := pluginCmd(context.Background(), []string{"inspect", out}, &stdout, &stderr); code != 0 {
 		t.Fatalf("ruled plugin inspect: exit %d\n%s", code, stderr.String())
 	}
-	for _, want := range []string{"name     quota\n", "version  0.1.0\n", "decide: HMGET HSET PEXPIRE\n"} {
+	for _, want := range []string{"name     quota\n", "version  0.1.0\n", "steps    yes\n", "decide: HMGET HSET PEXPIRE\n",
+		"    returns {allowed, granted, limit, remaining, reset_us, retry_after_us}\n"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Fatalf("inspect does not say %q:\n%s", want, stdout.String())
 		}

@@ -33,10 +33,11 @@ func Example() {
 // Inspect reads a module's Info without compiling it to machine code, for
 // `ruled plugin inspect`.
 func ExampleInspect() {
-	info, err := wasm.Inspect(context.Background(), "fixedwindow.wasm")
+	m, err := wasm.Inspect(context.Background(), "fixedwindow.wasm")
 	if err != nil {
 		log.Fatal(err)
 	}
+	info := m.Info
 	for _, s := range info.Scripts {
 		fmt.Println(info.Name, info.Version, s.Name, s.Commands)
 	}

@@ -303,12 +303,12 @@ func TestModuleBreakingTheABIIsDiscarded(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	info, err := wasm.Inspect(context.Background(), module(t, hostilePkg))
+	m, err := wasm.Inspect(context.Background(), module(t, hostilePkg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "hostile" || info.Version != "0.0.1" || len(info.Scripts) != 2 || info.Scripts[1].Name != "big" {
-		t.Fatalf("%+v", info)
+	if info := m.Info; m.Steps || info.Name != "hostile" || info.Version != "0.0.1" || len(info.Scripts) != 2 || info.Scripts[1].Name != "big" {
+		t.Fatalf("%+v", m)
 	}
 	if _, err := wasm.Inspect(context.Background(), module(t, "testdata/noabi")); err == nil {
 		t.Fatal("inspected a module without the ABI marker")

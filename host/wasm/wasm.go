@@ -60,8 +60,10 @@ type Options struct {
 	// created at once.
 	Cache wazero.CompilationCache
 	// PoolSize is the most instances of the plugin, and so the most
-	// decisions it runs at once; more wait for a free instance. Default
-	// 4×GOMAXPROCS.
+	// calls into it at once; more wait for a free instance. Default
+	// GOMAXPROCS for a module that decides in steps (an instance is busy
+	// only while guest code runs, so more instances than CPUs would only
+	// hold memory), 4×GOMAXPROCS for one that blocks in redis_eval.
 	PoolSize int
 	// Prewarm is how many instances are created at Load and kept ready.
 	// Default GOMAXPROCS, at most PoolSize.
@@ -102,14 +104,12 @@ const (
 )
 
 func (o *Options) fill() {
-	procs := runtime.GOMAXPROCS(0)
-	if o.PoolSize <= 0 {
-		o.PoolSize = 4 * procs
-	}
 	if o.Prewarm <= 0 {
-		o.Prewarm = procs
+		o.Prewarm = runtime.GOMAXPROCS(0)
 	}
-	o.Prewarm = min(o.Prewarm, o.PoolSize)
+	if o.PoolSize > 0 {
+		o.Prewarm = min(o.Prewarm, o.PoolSize)
+	}
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = DefaultCallTimeout
 	}
@@ -175,22 +175,30 @@ func LoadBytes(ctx context.Context, name string, bin []byte, opts Options) (*Plu
 	return p, nil
 }
 
-// Inspect loads the module at path just far enough to read its Info, with
-// wazero's interpreter (no compilation), and closes it.
-func Inspect(ctx context.Context, path string) (sdk.Info, error) {
+// Module is what a module says about itself.
+type Module struct {
+	// Info is what ruled_init answers.
+	Info sdk.Info
+	// Steps reports whether it decides in steps (ruled_step).
+	Steps bool
+}
+
+// Inspect loads the module at path just far enough to read what it says
+// about itself, with wazero's interpreter (no compilation), and closes it.
+func Inspect(ctx context.Context, path string) (Module, error) {
 	bin, err := pluginfile.Read(path, pluginfile.MaxWasm)
 	if err != nil {
-		return sdk.Info{}, fmt.Errorf("wasm: %w", err)
+		return Module{}, fmt.Errorf("wasm: %w", err)
 	}
 	p, err := load(ctx, path, bin, Options{PoolSize: 1, Prewarm: 1, interpreter: true})
 	if err != nil {
-		return sdk.Info{}, fmt.Errorf("wasm: %s: %w", path, err)
+		return Module{}, fmt.Errorf("wasm: %s: %w", path, err)
 	}
-	info := p.Info()
+	m := Module{Info: p.Info(), Steps: p.steps}
 	if err := p.Close(ctx); err != nil {
-		return sdk.Info{}, err
+		return Module{}, err
 	}
-	return info, nil
+	return m, nil
 }
 
 func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin, err error) {
@@ -234,6 +242,11 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 		return nil, err
 	}
 	p.info, p.steps, p.shapes = first.info, first.steps, sdk.ShapesOf(first.info)
+	if opts.PoolSize <= 0 {
+		opts.PoolSize = defaultPoolSize(p.steps)
+		opts.Prewarm = min(opts.Prewarm, opts.PoolSize)
+		p.opts = opts
+	}
 	p.log = opts.Logger.With("plugin", p.info.Name)
 	p.pool = newPool(p, opts.PoolSize)
 	p.pool.add(first)
@@ -247,6 +260,14 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 		p.pool.add(in)
 	}
 	return p, nil
+}
+
+// defaultPoolSize is Options.PoolSize's default.
+func defaultPoolSize(steps bool) int {
+	if steps {
+		return runtime.GOMAXPROCS(0)
+	}
+	return 4 * runtime.GOMAXPROCS(0)
 }
 
 // Check compiles the module in bin, with wazero's interpreter, and checks

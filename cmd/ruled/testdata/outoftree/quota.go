@@ -9,6 +9,7 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 )
 
 // script counts hits in KEYS[1] = {s = window start (µs), n = count}.
-// ARGV: limit, window (µs), hits. It replies as sdk.DecisionFromReply reads.
+// ARGV: limit, window (µs), hits. It replies with sdk.DecisionShape.
 const script = `
 local limit, window, hits = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = ruled_now_us()
@@ -45,10 +46,12 @@ type Plugin struct{}
 // New returns the plugin.
 func New() sdk.Algorithm { return Plugin{} }
 
-// Info implements sdk.Algorithm: one script and the commands it calls.
+// Info implements sdk.Algorithm: one script, the commands it calls and the
+// reply it returns.
 func (Plugin) Info() sdk.Info {
 	return sdk.Info{Name: "quota", Version: "0.1.0", Scripts: []sdk.Script{{
 		Name: "decide", Source: script, Commands: []string{"HMGET", "HSET", "PEXPIRE"},
+		Returns: sdk.DecisionShape,
 	}}}
 }
 
@@ -64,15 +67,25 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	return c, nil
 }
 
-// Decide implements sdk.Algorithm.
-func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+// shapes are the declared replies, for DecideSteps.
+var shapes = sdk.ShapesOf(Plugin{}.Info())
+
+// Decide implements sdk.Algorithm by running the plugin's steps.
+func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+}
+
+// Start implements sdk.Stepper: ruled runs the script, and its reply is the
+// decision.
+func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Step, error) {
 	c, ok := cfg.(Config)
 	if !ok {
-		return sdk.Decision{}, fmt.Errorf("quota: config of type %T", cfg)
+		return sdk.Step{}, fmt.Errorf("quota: config of type %T", cfg)
 	}
-	reply, err := h.Eval(ctx, "decide", []string{"n"}, c.Limit, c.Window.Microseconds(), req.Hits)
-	if err != nil {
-		return sdk.Decision{}, err
-	}
-	return sdk.DecisionFromReply(reply, c.Window)
+	return sdk.Run("decide", []string{"n"}, c.Limit, c.Window.Microseconds(), req.Hits).ThenDecide(c.Window), nil
+}
+
+// Resume implements sdk.Stepper; the one step decides, so it is never called.
+func (Plugin) Resume(context.Context, sdk.Config, sdk.Request, sdk.Step, sdk.Reply) (sdk.Step, error) {
+	return sdk.Step{}, errors.New("quota: no step to resume")
 }
