@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
@@ -26,11 +27,12 @@ const (
 // instance is one instantiated module. It is used by one goroutine at a time:
 // the pool hands it out and takes it back.
 type instance struct {
-	p     *Plugin
-	mod   api.Module
-	mem   api.Memory
-	info  sdk.Info // what ruled_init answered
-	steps bool     // and whether the module decides in steps
+	p      *Plugin
+	mod    api.Module
+	mem    api.Memory
+	linear *linearMemory // nil when wazero allocated the memory
+	info   sdk.Info      // what ruled_init answered
+	steps  bool          // and whether the module decides in steps
 
 	fnBuf, fnInit, fnConfigure, fnDecide, fnStep api.Function
 
@@ -70,8 +72,9 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 	in.stderr = &lineWriter{in: in, stream: "stderr"}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout(p.opts.CallTimeout))
 	defer cancel()
-	mod, err := p.rt.InstantiateModule(context.WithValue(ctx, instanceKey{}, in), p.code,
-		p.mcfg.WithStdout(in.stdout).WithStderr(in.stderr))
+	ictx := experimental.WithMemoryAllocator(context.WithValue(ctx, instanceKey{}, in), memoryAllocator(&in.linear))
+	mod, err := p.rt.InstantiateModule(ictx, p.code, p.mcfg.WithStdout(in.stdout).WithStderr(in.stderr))
+	in.linear.exit() // _initialize has run
 	if err != nil {
 		in.flush()
 		return nil, &CallError{Plugin: p.name(), Func: "_initialize", Err: err, Detail: in.detail}
@@ -111,6 +114,7 @@ func (p *Plugin) name() string {
 
 // begin starts a call; h is the capability during ruled_decide.
 func (in *instance) begin(h sdk.Host) {
+	in.linear.enter()
 	in.host, in.capErr, in.detail, in.pending = h, nil, "", nil
 }
 
@@ -130,6 +134,7 @@ func (in *instance) end() {
 	if cap(in.reply) > maxKeptBuf {
 		in.reply = nil
 	}
+	in.linear.exit() // after the last read of guest memory
 }
 
 func (in *instance) flush() {

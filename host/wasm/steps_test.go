@@ -117,3 +117,31 @@ func TestPoolGrowsWithDemandAndShrinksBack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Closing a plugin whose call outlives the close's deadline does not pull
+// the instance's memory from under the call: the call finishes, and the
+// daemon does not crash.
+func TestCloseDuringACallKeepsTheCallsMemory(t *testing.T) {
+	path := module(t, "../../examples/plugins/concurrency/wasm")
+	p, err := wasm.Load(context.Background(), path, wasm.Options{PoolSize: 1, Prewarm: 1, CacheDir: cacheDir, CallTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := plugintest.Configure(t, p, map[string]any{"limit": 10, "ttl": "1m"})
+	h := &gatedHost{entered: make(chan struct{}), gate: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Decide(context.Background(), h, cfg, sdk.Request{Subject: "s", Hits: 1, DedupID: "a"})
+		done <- err
+	}()
+	<-h.entered // the guest is inside redis_eval
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_ = p.Close(ctx) // gives up waiting and closes the runtime
+	cancel()
+	close(h.gate) // the guest resumes and reads its reply
+	select {
+	case <-done: // an error or not: the process is alive
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call never ended")
+	}
+}
