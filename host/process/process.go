@@ -441,7 +441,7 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 		return sdk.Decision{}, fmt.Errorf("process plugin %s: decide: %w", p.info.Name, err)
 	}
 	if p.steps {
-		d, err := sdk.DecideSteps(ctx, h, stepper{p, cfg}, p.shapes, c, r)
+		d, err := sdk.DecideSteps(ctx, h, stepper{Plugin: p, cfg: cfg}, p.shapes, c, r)
 		runtime.KeepAlive(cfg) // its cleanup would forget the config
 		return d, err
 	}
@@ -473,24 +473,18 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 // stepper runs a process's steps for sdk.DecideSteps: one Step call each,
 // with ruled running the script calls between them.
 type stepper struct {
-	p   *Plugin
-	cfg *config
-}
-
-func (s stepper) Info() sdk.Info                                   { return s.p.Info() }
-func (s stepper) Configure(raw map[string]any) (sdk.Config, error) { return s.p.Configure(raw) }
-func (s stepper) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Request) (sdk.Decision, error) {
-	return s.p.Decide(ctx, h, c, r)
+	*Plugin // the sdk.Algorithm methods
+	cfg     *config
 }
 
 // Start implements sdk.Stepper with a first Step call.
 func (s stepper) Start(ctx context.Context, _ sdk.Config, r sdk.Request) (sdk.Step, error) {
-	return s.p.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, nil, sdk.Reply{}))
+	return s.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, nil, sdk.Reply{}))
 }
 
 // Resume implements sdk.Stepper with a Step call that carries the reply.
 func (s stepper) Resume(ctx context.Context, _ sdk.Config, r sdk.Request, prev sdk.Step, reply sdk.Reply) (sdk.Step, error) {
-	return s.p.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, &prev, reply))
+	return s.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, &prev, reply))
 }
 
 // step makes one Step call, bounded by Options.CallTimeout.

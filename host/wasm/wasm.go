@@ -444,7 +444,7 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 		return sdk.Decision{}, fmt.Errorf("wasm plugin %s: config of type %T is not one of this plugin's", p.info.Name, c)
 	}
 	if p.steps {
-		d, err := sdk.DecideSteps(ctx, h, stepper{p, cfg}, p.shapes, c, r)
+		d, err := sdk.DecideSteps(ctx, h, stepper{Plugin: p, cfg: cfg}, p.shapes, c, r)
 		runtime.KeepAlive(cfg) // its cleanup would forget the config
 		return d, err
 	}
@@ -487,24 +487,18 @@ func (p *Plugin) acquire(ctx context.Context, what string) (*instance, error) {
 // instance for one ruled_step call and gives it back before the host runs
 // the step's script, so no instance waits on Redis.
 type stepper struct {
-	p   *Plugin
-	cfg *config
-}
-
-func (s stepper) Info() sdk.Info                                   { return s.p.Info() }
-func (s stepper) Configure(raw map[string]any) (sdk.Config, error) { return s.p.Configure(raw) }
-func (s stepper) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Request) (sdk.Decision, error) {
-	return s.p.Decide(ctx, h, c, r)
+	*Plugin // the sdk.Algorithm methods
+	cfg     *config
 }
 
 // Start implements sdk.Stepper with a first ruled_step.
 func (s stepper) Start(ctx context.Context, _ sdk.Config, r sdk.Request) (sdk.Step, error) {
-	return s.p.step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: s.cfg.id, Request: r}})
+	return s.step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: s.cfg.id, Request: r}})
 }
 
 // Resume implements sdk.Stepper with a ruled_step that carries the reply.
 func (s stepper) Resume(ctx context.Context, _ sdk.Config, r sdk.Request, step sdk.Step, reply sdk.Reply) (sdk.Step, error) {
-	return s.p.step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: s.cfg.id, Request: r},
+	return s.step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: s.cfg.id, Request: r},
 		Resume: true, Script: step.Script, State: step.State, Reply: reply})
 }
 
