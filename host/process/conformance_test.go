@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,5 +117,33 @@ func TestConfigErrorsMatchNative(t *testing.T) {
 		if j, ok := errP.(interface{ Unwrap() []error }); !ok || len(j.Unwrap()) < 1 {
 			t.Errorf("%v: process error is not a list of problems: %#v", raw, errP)
 		}
+	}
+}
+
+// Many decisions at once share the process's one Steps stream: each gets
+// its own answer. Each goroutine has its own subject, so its remaining
+// counts down exactly.
+func TestConcurrentStepsGetTheirOwnAnswers(t *testing.T) {
+	env := plugintest.NewEnv(t)
+	p := builtinProcess(t, fixedwindow.Name)
+	cfg := plugintest.Configure(t, p, map[string]any{"limit": 1000, "window": "1h"})
+	reg := plugintest.Register(t, env.Capability(), p)
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			subject := fmt.Sprint("subject-", g)
+			h := reg.Host("concurrent", subject)
+			for i := range 50 {
+				d, err := p.Decide(context.Background(), h, cfg, sdk.Request{Subject: subject, Hits: int64(g%3 + 1)})
+				if want := int64(1000 - (i+1)*(g%3+1)); err != nil || !d.Allowed || d.Remaining != want {
+					t.Errorf("%s decision %d: %+v %v, want remaining %d", subject, i, d, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p.HostEvals() != 0 {
+		t.Fatalf("%d calls back to ruled", p.HostEvals())
 	}
 }

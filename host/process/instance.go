@@ -41,9 +41,12 @@ type instance struct {
 	exited  <-chan struct{} // closed when the process has exited
 	stopped chan struct{}   // closed when ruled stops it
 	info    sdk.Info
-	steps   bool // the process decides in steps (Plugin.Step)
-	started time.Time
-	sockDir string // the process's private socket directory
+	steps   bool        // the process decides in steps (Plugin.Steps)
+	stepper *stepStream // its steps' stream, when it does
+	// cancelSteps ends the stream.
+	cancelSteps context.CancelFunc
+	started     time.Time
+	sockDir     string // the process's private socket directory
 
 	timeouts atomic.Int32 // calls in a row that ran out of time
 	stopOnce sync.Once
@@ -141,6 +144,13 @@ func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
 		return nil, fmt.Errorf("init: %s", grpcMessage(err))
 	}
 	in.info, in.steps = pluginrpc.InfoFromPB(info), info.GetSteps()
+	if in.steps {
+		sctx, cancel := context.WithCancel(context.Background())
+		in.cancelSteps = cancel
+		if in.stepper, err = openStepStream(sctx, in.rpc); err != nil {
+			return nil, fmt.Errorf("opening the steps stream: %s", grpcMessage(err))
+		}
+	}
 	go in.watch()
 	return in, nil
 }
@@ -163,6 +173,9 @@ func (in *instance) watch() {
 func (in *instance) stop(grace time.Duration) {
 	in.stopOnce.Do(func() {
 		close(in.stopped)
+		if in.cancelSteps != nil {
+			in.cancelSteps()
+		}
 		done := make(chan struct{})
 		go func() {
 			in.client.Kill()

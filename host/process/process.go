@@ -136,7 +136,7 @@ type Plugin struct {
 	opts     Options
 	checksum []byte // pinned SHA-256, or nil
 	info     sdk.Info
-	steps    bool        // the process decides in steps: Step, not Decide
+	steps    bool        // the process decides in steps: Steps, not Decide
 	shapes   sdk.ShapeOf // its scripts' declared replies
 	logs     *logSink
 	hostSvc  *hostService
@@ -317,7 +317,7 @@ func (p *Plugin) Info() sdk.Info {
 	return info
 }
 
-// Steps reports whether the process decides in steps (Plugin.Step): ruled
+// Steps reports whether the process decides in steps (Plugin.Steps): ruled
 // then runs each script call itself, and the process never calls back.
 func (p *Plugin) Steps() bool { return p.steps }
 
@@ -470,31 +470,31 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 	return pluginrpc.DecisionFromPB(resp.GetDecision()), nil
 }
 
-// stepper runs a process's steps for sdk.DecideSteps: one Step call each,
+// stepper runs a process's steps for sdk.DecideSteps: one call on the Steps stream each,
 // with ruled running the script calls between them.
 type stepper struct {
 	*Plugin // the sdk.Algorithm methods
 	cfg     *config
 }
 
-// Start implements sdk.Stepper with a first Step call.
+// Start implements sdk.Stepper with a first step.
 func (s stepper) Start(ctx context.Context, _ sdk.Config, r sdk.Request) (sdk.Step, error) {
 	return s.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, nil, sdk.Reply{}))
 }
 
-// Resume implements sdk.Stepper with a Step call that carries the reply.
+// Resume implements sdk.Stepper with a step that carries the reply.
 func (s stepper) Resume(ctx context.Context, _ sdk.Config, r sdk.Request, prev sdk.Step, reply sdk.Reply) (sdk.Step, error) {
 	return s.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, &prev, reply))
 }
 
-// step makes one Step call, bounded by Options.CallTimeout.
+// step sends one step on the stream and waits for its answer, bounded by Options.CallTimeout.
 func (p *Plugin) step(ctx context.Context, req *abipb.StepRequest) (sdk.Step, error) {
 	in := p.inst.Load()
 	if in == nil {
 		return sdk.Step{}, p.downError()
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
-	resp, err := in.rpc.Step(cctx, req)
+	resp, err := in.stepper.call(cctx, req)
 	cancel()
 	if err != nil {
 		return sdk.Step{}, p.callFailed(ctx, in, "step", err)

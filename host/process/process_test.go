@@ -108,8 +108,21 @@ func TestConfigure(t *testing.T) {
 	}
 }
 
+// faultModes are the ways the faulty plugin decides: through Decide, and
+// in steps over the Steps stream.
+var faultModes = []struct {
+	name string
+	env  []string
+}{{"decide", nil}, {"steps", []string{"RULED_TEST_STEPS=1"}}}
+
 func TestCrashedPluginRestartsWithItsConfigs(t *testing.T) {
-	p, h, logs := faulty(t, process.Options{RestartBackoff: 200 * time.Millisecond})
+	for _, m := range faultModes {
+		t.Run(m.name, func(t *testing.T) { testCrashedPluginRestarts(t, m.env) })
+	}
+}
+
+func testCrashedPluginRestarts(t *testing.T, env []string) {
+	p, h, logs := faulty(t, process.Options{RestartBackoff: 200 * time.Millisecond, Env: env})
 	cfg := plugintest.Configure(t, p, map[string]any{"limit": 100})
 	pid := p.PID()
 	if _, err := decide(p, h, cfg, "exit"); err == nil {
@@ -140,7 +153,16 @@ func TestCrashedPluginRestartsWithItsConfigs(t *testing.T) {
 }
 
 func TestHungPluginIsRestarted(t *testing.T) {
-	p, h, _ := faulty(t, process.Options{CallTimeout: 300 * time.Millisecond, HungAfter: 2, RestartBackoff: 10 * time.Millisecond})
+	for _, m := range faultModes {
+		t.Run(m.name, func(t *testing.T) { testHungPluginIsRestarted(t, m.env) })
+	}
+}
+
+func testHungPluginIsRestarted(t *testing.T, env []string) {
+	p, h, _ := faulty(t, process.Options{CallTimeout: 300 * time.Millisecond, HungAfter: 2, RestartBackoff: 10 * time.Millisecond, Env: env})
+	if got, want := p.Steps(), env != nil; got != want {
+		t.Fatalf("steps %v, want %v", got, want)
+	}
 	cfg := plugintest.Configure(t, p, map[string]any{"limit": 100})
 	pid := p.PID()
 	for i := range 2 {

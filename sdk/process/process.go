@@ -36,6 +36,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -223,10 +224,10 @@ func (s *server) Decide(ctx context.Context, req *pluginpb.DecideRequest) (*abip
 	return &abipb.DecideResponse{Decision: pluginrpc.DecisionToPB(&d)}, nil
 }
 
-// Step implements pluginpb.PluginServer for an algorithm that decides in
-// steps (sdk.Stepper). As with Decide, a failure is an answer with an
-// error.
-func (s *server) Step(ctx context.Context, req *abipb.StepRequest) (*abipb.StepResponse, error) {
+// answerStep answers one step of an algorithm that decides in steps
+// (sdk.Stepper). As with Decide, a failure to decide is an answer with an
+// error; an error return means ruled sent what it should not have.
+func (s *server) answerStep(ctx context.Context, req *abipb.StepRequest) (*abipb.StepResponse, error) {
 	st, ok := s.alg.(sdk.Stepper)
 	if !ok {
 		return nil, fmt.Errorf("process: %T does not decide in steps (Info did not declare steps)", s.alg)
@@ -254,6 +255,28 @@ func (s *server) Step(ctx context.Context, req *abipb.StepRequest) (*abipb.StepR
 		return &abipb.StepResponse{Error: e.GetError(), BadRequest: e.GetBadRequest()}, nil
 	}
 	return resp, nil
+}
+
+// Steps implements pluginpb.PluginServer: the steps of Step on one stream,
+// answered in order, each as soon as it is decided (a Stepper's Start and
+// Resume do not block, so one goroutine keeps up).
+func (s *server) Steps(stream grpc.BidiStreamingServer[pluginpb.StepCall, pluginpb.StepAnswer]) error {
+	for {
+		call, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		resp, err := s.answerStep(stream.Context(), call.GetStep())
+		if err != nil {
+			resp = &abipb.StepResponse{Error: err.Error()}
+		}
+		if err := stream.Send(&pluginpb.StepAnswer{Id: call.GetId(), Step: resp}); err != nil {
+			return err
+		}
+	}
 }
 
 func (s *server) step(ctx context.Context, st sdk.Stepper, cfg sdk.Config, r sdk.Request, prev *sdk.Step, reply sdk.Reply) (step sdk.Step, err error) {

@@ -36,6 +36,113 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// StepCall is one step sent on Plugin.Steps.
+type StepCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the step in its answer; never 0.
+	Id            uint64             `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Step          *abipb.StepRequest `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepCall) Reset() {
+	*x = StepCall{}
+	mi := &file_sdk_abi_plugin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepCall) ProtoMessage() {}
+
+func (x *StepCall) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_abi_plugin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepCall.ProtoReflect.Descriptor instead.
+func (*StepCall) Descriptor() ([]byte, []int) {
+	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StepCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StepCall) GetStep() *abipb.StepRequest {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
+// StepAnswer answers the StepCall with the same id.
+type StepAnswer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Step          *abipb.StepResponse    `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepAnswer) Reset() {
+	*x = StepAnswer{}
+	mi := &file_sdk_abi_plugin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepAnswer) ProtoMessage() {}
+
+func (x *StepAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_abi_plugin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepAnswer.ProtoReflect.Descriptor instead.
+func (*StepAnswer) Descriptor() ([]byte, []int) {
+	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StepAnswer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StepAnswer) GetStep() *abipb.StepResponse {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
 // InitRequest is the argument of Plugin.Init.
 type InitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -49,7 +156,7 @@ type InitRequest struct {
 
 func (x *InitRequest) Reset() {
 	*x = InitRequest{}
-	mi := &file_sdk_abi_plugin_proto_msgTypes[0]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -61,7 +168,7 @@ func (x *InitRequest) String() string {
 func (*InitRequest) ProtoMessage() {}
 
 func (x *InitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_plugin_proto_msgTypes[0]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -74,7 +181,7 @@ func (x *InitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitRequest.ProtoReflect.Descriptor instead.
 func (*InitRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{0}
+	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *InitRequest) GetAbiVersion() uint32 {
@@ -103,7 +210,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_sdk_abi_plugin_proto_msgTypes[1]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -115,7 +222,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_plugin_proto_msgTypes[1]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -128,7 +235,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{1}
+	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConfigureRequest) GetConfigure() *abipb.ConfigureRequest {
@@ -158,7 +265,7 @@ type DecideRequest struct {
 
 func (x *DecideRequest) Reset() {
 	*x = DecideRequest{}
-	mi := &file_sdk_abi_plugin_proto_msgTypes[2]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +277,7 @@ func (x *DecideRequest) String() string {
 func (*DecideRequest) ProtoMessage() {}
 
 func (x *DecideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_plugin_proto_msgTypes[2]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +290,7 @@ func (x *DecideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideRequest.ProtoReflect.Descriptor instead.
 func (*DecideRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{2}
+	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DecideRequest) GetCallId() uint64 {
@@ -212,7 +319,7 @@ type EvalRequest struct {
 
 func (x *EvalRequest) Reset() {
 	*x = EvalRequest{}
-	mi := &file_sdk_abi_plugin_proto_msgTypes[3]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -224,7 +331,7 @@ func (x *EvalRequest) String() string {
 func (*EvalRequest) ProtoMessage() {}
 
 func (x *EvalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_plugin_proto_msgTypes[3]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -237,7 +344,7 @@ func (x *EvalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalRequest.ProtoReflect.Descriptor instead.
 func (*EvalRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{3}
+	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EvalRequest) GetCallId() uint64 {
@@ -268,7 +375,7 @@ type LogRequest struct {
 
 func (x *LogRequest) Reset() {
 	*x = LogRequest{}
-	mi := &file_sdk_abi_plugin_proto_msgTypes[4]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -280,7 +387,7 @@ func (x *LogRequest) String() string {
 func (*LogRequest) ProtoMessage() {}
 
 func (x *LogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_plugin_proto_msgTypes[4]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -293,7 +400,7 @@ func (x *LogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRequest.ProtoReflect.Descriptor instead.
 func (*LogRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{4}
+	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LogRequest) GetCallId() uint64 {
@@ -326,7 +433,7 @@ type LogResponse struct {
 
 func (x *LogResponse) Reset() {
 	*x = LogResponse{}
-	mi := &file_sdk_abi_plugin_proto_msgTypes[5]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +445,7 @@ func (x *LogResponse) String() string {
 func (*LogResponse) ProtoMessage() {}
 
 func (x *LogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_abi_plugin_proto_msgTypes[5]
+	mi := &file_sdk_abi_plugin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,14 +458,21 @@ func (x *LogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogResponse.ProtoReflect.Descriptor instead.
 func (*LogResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{5}
+	return file_sdk_abi_plugin_proto_rawDescGZIP(), []int{7}
 }
 
 var File_sdk_abi_plugin_proto protoreflect.FileDescriptor
 
 const file_sdk_abi_plugin_proto_rawDesc = "" +
 	"\n" +
-	"\x14sdk/abi/plugin.proto\x12\x0fruled.plugin.v1\x1a\x13sdk/abi/ruled.proto\"Q\n" +
+	"\x14sdk/abi/plugin.proto\x12\x0fruled.plugin.v1\x1a\x13sdk/abi/ruled.proto\"I\n" +
+	"\bStepCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12-\n" +
+	"\x04step\x18\x02 \x01(\v2\x19.ruled.abi.v1.StepRequestR\x04step\"L\n" +
+	"\n" +
+	"StepAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
+	"\x04step\x18\x02 \x01(\v2\x1a.ruled.abi.v1.StepResponseR\x04step\"Q\n" +
 	"\vInitRequest\x12\x1f\n" +
 	"\vabi_version\x18\x01 \x01(\rR\n" +
 	"abiVersion\x12!\n" +
@@ -377,12 +491,12 @@ const file_sdk_abi_plugin_proto_rawDesc = "" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x14\n" +
 	"\x05level\x18\x02 \x01(\x11R\x05level\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"\r\n" +
-	"\vLogResponse2\x9a\x02\n" +
+	"\vLogResponse2\xa0\x02\n" +
 	"\x06Plugin\x128\n" +
 	"\x04Init\x12\x1c.ruled.plugin.v1.InitRequest\x1a\x12.ruled.abi.v1.Info\x12O\n" +
 	"\tConfigure\x12!.ruled.plugin.v1.ConfigureRequest\x1a\x1f.ruled.abi.v1.ConfigureResponse\x12F\n" +
-	"\x06Decide\x12\x1e.ruled.plugin.v1.DecideRequest\x1a\x1c.ruled.abi.v1.DecideResponse\x12=\n" +
-	"\x04Step\x12\x19.ruled.abi.v1.StepRequest\x1a\x1a.ruled.abi.v1.StepResponse2\x83\x01\n" +
+	"\x06Decide\x12\x1e.ruled.plugin.v1.DecideRequest\x1a\x1c.ruled.abi.v1.DecideResponse\x12C\n" +
+	"\x05Steps\x12\x19.ruled.plugin.v1.StepCall\x1a\x1b.ruled.plugin.v1.StepAnswer(\x010\x012\x83\x01\n" +
 	"\x04Host\x129\n" +
 	"\x04Eval\x12\x1c.ruled.plugin.v1.EvalRequest\x1a\x13.ruled.abi.v1.Reply\x12@\n" +
 	"\x03Log\x12\x1b.ruled.plugin.v1.LogRequest\x1a\x1c.ruled.plugin.v1.LogResponseB1Z/github.com/ruled-dev/ruled/sdk/process/pluginpbb\x06proto3"
@@ -399,45 +513,49 @@ func file_sdk_abi_plugin_proto_rawDescGZIP() []byte {
 	return file_sdk_abi_plugin_proto_rawDescData
 }
 
-var file_sdk_abi_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_sdk_abi_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_sdk_abi_plugin_proto_goTypes = []any{
-	(*InitRequest)(nil),             // 0: ruled.plugin.v1.InitRequest
-	(*ConfigureRequest)(nil),        // 1: ruled.plugin.v1.ConfigureRequest
-	(*DecideRequest)(nil),           // 2: ruled.plugin.v1.DecideRequest
-	(*EvalRequest)(nil),             // 3: ruled.plugin.v1.EvalRequest
-	(*LogRequest)(nil),              // 4: ruled.plugin.v1.LogRequest
-	(*LogResponse)(nil),             // 5: ruled.plugin.v1.LogResponse
-	(*abipb.ConfigureRequest)(nil),  // 6: ruled.abi.v1.ConfigureRequest
-	(*abipb.DecideRequest)(nil),     // 7: ruled.abi.v1.DecideRequest
-	(*abipb.EvalRequest)(nil),       // 8: ruled.abi.v1.EvalRequest
-	(*abipb.StepRequest)(nil),       // 9: ruled.abi.v1.StepRequest
-	(*abipb.Info)(nil),              // 10: ruled.abi.v1.Info
-	(*abipb.ConfigureResponse)(nil), // 11: ruled.abi.v1.ConfigureResponse
-	(*abipb.DecideResponse)(nil),    // 12: ruled.abi.v1.DecideResponse
-	(*abipb.StepResponse)(nil),      // 13: ruled.abi.v1.StepResponse
-	(*abipb.Reply)(nil),             // 14: ruled.abi.v1.Reply
+	(*StepCall)(nil),                // 0: ruled.plugin.v1.StepCall
+	(*StepAnswer)(nil),              // 1: ruled.plugin.v1.StepAnswer
+	(*InitRequest)(nil),             // 2: ruled.plugin.v1.InitRequest
+	(*ConfigureRequest)(nil),        // 3: ruled.plugin.v1.ConfigureRequest
+	(*DecideRequest)(nil),           // 4: ruled.plugin.v1.DecideRequest
+	(*EvalRequest)(nil),             // 5: ruled.plugin.v1.EvalRequest
+	(*LogRequest)(nil),              // 6: ruled.plugin.v1.LogRequest
+	(*LogResponse)(nil),             // 7: ruled.plugin.v1.LogResponse
+	(*abipb.StepRequest)(nil),       // 8: ruled.abi.v1.StepRequest
+	(*abipb.StepResponse)(nil),      // 9: ruled.abi.v1.StepResponse
+	(*abipb.ConfigureRequest)(nil),  // 10: ruled.abi.v1.ConfigureRequest
+	(*abipb.DecideRequest)(nil),     // 11: ruled.abi.v1.DecideRequest
+	(*abipb.EvalRequest)(nil),       // 12: ruled.abi.v1.EvalRequest
+	(*abipb.Info)(nil),              // 13: ruled.abi.v1.Info
+	(*abipb.ConfigureResponse)(nil), // 14: ruled.abi.v1.ConfigureResponse
+	(*abipb.DecideResponse)(nil),    // 15: ruled.abi.v1.DecideResponse
+	(*abipb.Reply)(nil),             // 16: ruled.abi.v1.Reply
 }
 var file_sdk_abi_plugin_proto_depIdxs = []int32{
-	6,  // 0: ruled.plugin.v1.ConfigureRequest.configure:type_name -> ruled.abi.v1.ConfigureRequest
-	7,  // 1: ruled.plugin.v1.DecideRequest.decide:type_name -> ruled.abi.v1.DecideRequest
-	8,  // 2: ruled.plugin.v1.EvalRequest.eval:type_name -> ruled.abi.v1.EvalRequest
-	0,  // 3: ruled.plugin.v1.Plugin.Init:input_type -> ruled.plugin.v1.InitRequest
-	1,  // 4: ruled.plugin.v1.Plugin.Configure:input_type -> ruled.plugin.v1.ConfigureRequest
-	2,  // 5: ruled.plugin.v1.Plugin.Decide:input_type -> ruled.plugin.v1.DecideRequest
-	9,  // 6: ruled.plugin.v1.Plugin.Step:input_type -> ruled.abi.v1.StepRequest
-	3,  // 7: ruled.plugin.v1.Host.Eval:input_type -> ruled.plugin.v1.EvalRequest
-	4,  // 8: ruled.plugin.v1.Host.Log:input_type -> ruled.plugin.v1.LogRequest
-	10, // 9: ruled.plugin.v1.Plugin.Init:output_type -> ruled.abi.v1.Info
-	11, // 10: ruled.plugin.v1.Plugin.Configure:output_type -> ruled.abi.v1.ConfigureResponse
-	12, // 11: ruled.plugin.v1.Plugin.Decide:output_type -> ruled.abi.v1.DecideResponse
-	13, // 12: ruled.plugin.v1.Plugin.Step:output_type -> ruled.abi.v1.StepResponse
-	14, // 13: ruled.plugin.v1.Host.Eval:output_type -> ruled.abi.v1.Reply
-	5,  // 14: ruled.plugin.v1.Host.Log:output_type -> ruled.plugin.v1.LogResponse
-	9,  // [9:15] is the sub-list for method output_type
-	3,  // [3:9] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	8,  // 0: ruled.plugin.v1.StepCall.step:type_name -> ruled.abi.v1.StepRequest
+	9,  // 1: ruled.plugin.v1.StepAnswer.step:type_name -> ruled.abi.v1.StepResponse
+	10, // 2: ruled.plugin.v1.ConfigureRequest.configure:type_name -> ruled.abi.v1.ConfigureRequest
+	11, // 3: ruled.plugin.v1.DecideRequest.decide:type_name -> ruled.abi.v1.DecideRequest
+	12, // 4: ruled.plugin.v1.EvalRequest.eval:type_name -> ruled.abi.v1.EvalRequest
+	2,  // 5: ruled.plugin.v1.Plugin.Init:input_type -> ruled.plugin.v1.InitRequest
+	3,  // 6: ruled.plugin.v1.Plugin.Configure:input_type -> ruled.plugin.v1.ConfigureRequest
+	4,  // 7: ruled.plugin.v1.Plugin.Decide:input_type -> ruled.plugin.v1.DecideRequest
+	0,  // 8: ruled.plugin.v1.Plugin.Steps:input_type -> ruled.plugin.v1.StepCall
+	5,  // 9: ruled.plugin.v1.Host.Eval:input_type -> ruled.plugin.v1.EvalRequest
+	6,  // 10: ruled.plugin.v1.Host.Log:input_type -> ruled.plugin.v1.LogRequest
+	13, // 11: ruled.plugin.v1.Plugin.Init:output_type -> ruled.abi.v1.Info
+	14, // 12: ruled.plugin.v1.Plugin.Configure:output_type -> ruled.abi.v1.ConfigureResponse
+	15, // 13: ruled.plugin.v1.Plugin.Decide:output_type -> ruled.abi.v1.DecideResponse
+	1,  // 14: ruled.plugin.v1.Plugin.Steps:output_type -> ruled.plugin.v1.StepAnswer
+	16, // 15: ruled.plugin.v1.Host.Eval:output_type -> ruled.abi.v1.Reply
+	7,  // 16: ruled.plugin.v1.Host.Log:output_type -> ruled.plugin.v1.LogResponse
+	11, // [11:17] is the sub-list for method output_type
+	5,  // [5:11] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_sdk_abi_plugin_proto_init() }
@@ -451,7 +569,7 @@ func file_sdk_abi_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_abi_plugin_proto_rawDesc), len(file_sdk_abi_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -96,4 +96,40 @@ func (counter) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, r sdk.Req
 		Window: time.Minute, Reset: 1500 * time.Microsecond}, nil
 }
 
-func main() { process.Serve(counter{}) }
+// stepping is counter deciding in steps (when RULED_TEST_STEPS=1): the
+// faults that end the process or hang it happen in Start, and the count
+// comes back to Resume.
+type stepping struct{ counter }
+
+func (stepping) Start(_ context.Context, _ sdk.Config, r sdk.Request) (sdk.Step, error) {
+	switch r.Attrs["fault"] {
+	case "exit":
+		os.Exit(3)
+	case "hang":
+		time.Sleep(time.Hour)
+	case "error":
+		return sdk.Step{}, errors.New("asked to fail")
+	}
+	return sdk.Run("incr", []string{"n"}, r.Hits, r.DedupID, 0), nil
+}
+
+func (stepping) Resume(_ context.Context, cfg sdk.Config, r sdk.Request, _ sdk.Step, reply sdk.Reply) (sdk.Step, error) {
+	c := cfg.(config)
+	v, err := reply.Array()
+	if err != nil {
+		return sdk.Step{}, err
+	}
+	n, err := v[0].Int64()
+	if err != nil {
+		return sdk.Step{}, err
+	}
+	return sdk.Done(sdk.Decision{Allowed: n <= c.limit, Granted: r.Hits, Limit: c.limit, Remaining: max(c.limit-n, 0),
+		Window: time.Minute, Reset: 1500 * time.Microsecond}), nil
+}
+
+func main() {
+	if os.Getenv("RULED_TEST_STEPS") == "1" {
+		process.Serve(stepping{})
+	}
+	process.Serve(counter{})
+}
