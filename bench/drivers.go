@@ -249,18 +249,7 @@ func (d *daemon) check(body []byte) error {
 // load drives POST /v1/check from conc keep-alive connections for dur.
 func (d *daemon) load(bodies [][]byte, conc int, dur time.Duration) *result {
 	defer d.hc.CloseIdleConnections() // none sits on the daemon during the others' load
-	return drive(d.sc.name, dur, conc, func(i int) error {
-		resp, err := d.hc.Post(d.url, "application/json", bytes.NewReader(bodies[i%len(bodies)]))
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return nil
-	})
+	return drive(d.sc.name, dur, conc, func(i int) error { return postCheck(d.hc, d.url, bodies[i%len(bodies)]) })
 }
 
 // driverRound is one scenario's figures in one round.

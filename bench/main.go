@@ -335,18 +335,7 @@ func run(c config) error {
 			for i, ip := range ips {
 				bodies[i] = []byte(`{"request":{"ip":"` + ip + `","method":"GET","path":"/"}}`)
 			}
-			inProcess(scHTTP, func(i int) error {
-				resp, err := hc.Post(ruledURL, "application/json", bytes.NewReader(bodies[i%len(bodies)]))
-				if err != nil {
-					return err
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					return fmt.Errorf("status %d", resp.StatusCode)
-				}
-				return nil
-			})
+			inProcess(scHTTP, func(i int) error { return postCheck(hc, ruledURL, bodies[i%len(bodies)]) })
 			// Close the keep-alive connections so that they do not sit on
 			// the server during the other scenarios.
 			scenarios[len(scenarios)-1].after = hc.CloseIdleConnections
@@ -867,4 +856,18 @@ vs ceiling: median over the rounds of the rate / redis-evalsha-pipelined's rate 
 http-floor: net/http on loopback answering a check answer captured from ruled (same headers and body), driven
   by wrk like http-wrk: no routing, no JSON decoding, no rules, no Redis.
 `)
+}
+
+// postCheck posts one check body and drains the answer, which must be 200.
+func postCheck(hc *http.Client, url string, body []byte) error {
+	resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
 }
