@@ -638,12 +638,6 @@ func reportDrivers(w io.Writer, h reportHeader, lowDur time.Duration, rows []dri
 		fmt.Fprintf(w, ", load average %s before the run", h.loadAvg)
 	}
 	fmt.Fprint(w, "\n\n")
-	num := func(v float64, format string) string {
-		if math.IsNaN(v) {
-			return "-"
-		}
-		return fmt.Sprintf(format, v)
-	}
 	ms := func(d time.Duration) string {
 		if d <= 0 {
 			return "-"

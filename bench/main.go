@@ -799,6 +799,14 @@ func summarize(rs, ceiling []*result) row {
 	return w
 }
 
+// num formats v, or "-" for a figure there is none of (NaN).
+func num(v float64, format string) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
 type reportHeader struct {
 	conc     int
 	duration time.Duration
@@ -812,12 +820,6 @@ func report(w io.Writer, h reportHeader, names []string, results map[string][]*r
 		fmt.Fprintf(w, ", load average %s before the run", h.loadAvg)
 	}
 	fmt.Fprint(w, "\n\n")
-	num := func(v float64, format string) string {
-		if math.IsNaN(v) {
-			return "-"
-		}
-		return fmt.Sprintf(format, v)
-	}
 	ms := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
 	rows := make([]row, len(names))
 	labels := make([]string, len(names))

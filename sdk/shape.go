@@ -20,6 +20,8 @@ type Shape struct {
 	// at holds the positions of the decision fields (decisionFields
 	// order), -1 where the shape has no such field.
 	at [len(decisionFields)]int
+	// decides: every decision field but the optional delay is named.
+	decides bool
 }
 
 // The names a decision reply uses (Shape.Decision). Times are integer
@@ -47,14 +49,11 @@ var DecisionShape = NewShape(FieldAllowed, FieldGranted, FieldLimit, FieldRemain
 // names, in order. Names are lower-case letters, digits and '_', each used
 // once; the host refuses a plugin that declares other names (CheckNames).
 func NewShape(names ...string) *Shape {
-	s := &Shape{names: append([]string(nil), names...)}
-	for i := range s.at {
-		s.at[i] = -1
-		for j, n := range names {
-			if n == decisionFields[i] {
-				s.at[i] = j
-				break
-			}
+	s := &Shape{names: append([]string(nil), names...), decides: true}
+	for i, f := range decisionFields {
+		s.at[i] = s.index(f)
+		if s.at[i] < 0 && f != FieldDelay {
+			s.decides = false
 		}
 	}
 	return s
@@ -129,21 +128,14 @@ func (s *Shape) Int(r Reply, name string) (int64, error) {
 // Decides reports whether the shape holds a decision: it names allowed,
 // granted, limit, remaining, reset_us and retry_after_us (delay_us is
 // optional).
-func (s *Shape) Decides() bool {
-	for _, at := range s.at[:len(s.at)-1] {
-		if at < 0 {
-			return false
-		}
-	}
-	return true
-}
+func (s *Shape) Decides() bool { return s.decides }
 
 // Decision decodes r, which must have the shape, as a decision: the
 // elements named allowed (1 or 0), granted, limit, remaining, reset_us,
 // retry_after_us and, where declared, delay_us. Other elements are left to
 // the plugin. window is copied into Decision.Window.
 func (s *Shape) Decision(r Reply, window time.Duration) (Decision, error) {
-	if !s.Decides() {
+	if !s.decides {
 		return Decision{}, fmt.Errorf("reply %s is not a decision: it needs %s", s, strings.Join(decisionFields[:len(decisionFields)-1], ", "))
 	}
 	if err := s.Check(r); err != nil {

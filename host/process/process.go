@@ -461,11 +461,8 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 		return sdk.Decision{}, p.callFailed(ctx, in, "decide", err)
 	}
 	in.timeouts.Store(0)
-	if resp.GetBadRequest() {
-		return sdk.Decision{}, &sdk.BadRequestError{Message: resp.GetError()}
-	}
-	if msg := resp.GetError(); msg != "" {
-		return sdk.Decision{}, &decideError{msg: "process plugin " + p.info.Name + ": " + msg, cause: cl.capErr()}
+	if err := abi.AnsweredError("process", p.info.Name, resp.GetError(), resp.GetBadRequest(), cl.capErr()); err != nil {
+		return sdk.Decision{}, err
 	}
 	return pluginrpc.DecisionFromPB(resp.GetDecision()), nil
 }
@@ -500,11 +497,8 @@ func (p *Plugin) step(ctx context.Context, req *abipb.StepRequest) (sdk.Step, er
 		return sdk.Step{}, p.callFailed(ctx, in, "step", err)
 	}
 	in.timeouts.Store(0)
-	if resp.GetBadRequest() {
-		return sdk.Step{}, &sdk.BadRequestError{Message: resp.GetError()}
-	}
-	if msg := resp.GetError(); msg != "" {
-		return sdk.Step{}, &decideError{msg: "process plugin " + p.info.Name + ": " + msg}
+	if err := abi.AnsweredError("process", p.info.Name, resp.GetError(), resp.GetBadRequest(), nil); err != nil {
+		return sdk.Step{}, err
 	}
 	s, err := pluginrpc.StepFromPB(resp)
 	if err != nil {
@@ -534,17 +528,6 @@ func (p *Plugin) Close(ctx context.Context) error {
 	})
 	return err
 }
-
-// decideError is an error the plugin's Decide returned. It unwraps to the
-// capability error the plugin met in the same call, if any, so that the
-// engine classifies it like a native plugin's.
-type decideError struct {
-	msg   string
-	cause error
-}
-
-func (e *decideError) Error() string { return e.msg }
-func (e *decideError) Unwrap() error { return e.cause }
 
 // CallError is a call into the plugin process that failed: the process
 // exited or crashed, the call ran out of time, or the connection broke.

@@ -261,12 +261,10 @@ func (in *instance) step(ctx context.Context, req *abi.StepRequest) (sdk.Step, e
 	if err := resp.Decode(out); err != nil {
 		return sdk.Step{}, in.fail(abi.ExportStep, err)
 	}
-	switch {
-	case resp.BadRequest:
-		return sdk.Step{}, &sdk.BadRequestError{Message: resp.Error}
-	case resp.Error != "":
-		return sdk.Step{}, &decideError{msg: "wasm plugin " + in.p.name() + ": " + resp.Error}
-	case resp.Call.Script == "":
+	if err := abi.AnsweredError("wasm", in.p.name(), resp.Error, resp.BadRequest, nil); err != nil {
+		return sdk.Step{}, err
+	}
+	if resp.Call.Script == "" {
 		return sdk.Done(resp.Decision), nil
 	}
 	return sdk.Step{Script: resp.Call.Script, Keys: resp.Call.Keys, Args: resp.Call.Args,
@@ -291,11 +289,8 @@ func (in *instance) decide(ctx context.Context, h sdk.Host, id uint64, r *sdk.Re
 	if err := resp.Decode(out); err != nil {
 		return sdk.Decision{}, in.fail(abi.ExportDecide, err)
 	}
-	if resp.BadRequest {
-		return sdk.Decision{}, &sdk.BadRequestError{Message: resp.Error}
-	}
-	if resp.Error != "" {
-		return sdk.Decision{}, &decideError{msg: "wasm plugin " + in.p.name() + ": " + resp.Error, cause: in.capErr}
+	if err := abi.AnsweredError("wasm", in.p.name(), resp.Error, resp.BadRequest, in.capErr); err != nil {
+		return sdk.Decision{}, err
 	}
 	return resp.Decision, nil
 }

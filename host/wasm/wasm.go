@@ -108,9 +108,8 @@ func (o *Options) fill() {
 	if o.Prewarm <= 0 {
 		o.Prewarm = runtime.GOMAXPROCS(0)
 	}
-	if o.PoolSize > 0 {
-		o.Prewarm = min(o.Prewarm, o.PoolSize)
-	}
+	// PoolSize's default depends on the module (defaultPoolSize), and so
+	// does Prewarm's cap: load sets both once it has asked the module.
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = DefaultCallTimeout
 	}
@@ -251,9 +250,9 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 	p.info, p.steps, p.shapes = first.info, first.steps, sdk.ShapesOf(first.info)
 	if opts.PoolSize <= 0 {
 		opts.PoolSize = defaultPoolSize(p.steps)
-		opts.Prewarm = min(opts.Prewarm, opts.PoolSize)
-		p.opts = opts
 	}
+	opts.Prewarm = min(opts.Prewarm, opts.PoolSize)
+	p.opts = opts
 	p.log = opts.Logger.With("plugin", p.info.Name)
 	p.pool = newPool(p, opts.PoolSize)
 	p.pool.add(first)
@@ -594,14 +593,3 @@ func (e *CallError) Error() string {
 
 // Unwrap returns Err.
 func (e *CallError) Unwrap() error { return e.Err }
-
-// decideError is an error the guest's Decide returned. It unwraps to the
-// capability error the guest met in the same call, if any, so that the
-// engine classifies it like a native plugin's.
-type decideError struct {
-	msg   string
-	cause error
-}
-
-func (e *decideError) Error() string { return e.msg }
-func (e *decideError) Unwrap() error { return e.cause }

@@ -220,6 +220,25 @@ func TestDecideError(t *testing.T) {
 	}
 }
 
+// AnsweredError reads back what DecideError wrote: nothing, a refusal of
+// bad input, or a failure that names the plugin and unwraps to its cause.
+func TestAnsweredError(t *testing.T) {
+	if err := abi.AnsweredError("wasm", "p", "", false, errors.New("unused")); err != nil {
+		t.Fatalf("no error answered: %v", err)
+	}
+	msg, bad := abi.DecideError(sdk.BadRequest("no lease id"))
+	var br *sdk.BadRequestError
+	if err := abi.AnsweredError("wasm", "p", msg, bad, nil); !errors.As(err, &br) || br.Message != "no lease id" {
+		t.Fatalf("bad request: %v", err)
+	}
+	cause := errors.New("capability: timeout")
+	msg, bad = abi.DecideError(errors.New("boom"))
+	err := abi.AnsweredError("process", "gcra", msg, bad, cause)
+	if err == nil || err.Error() != "process plugin gcra: boom" || !errors.Is(err, cause) {
+		t.Fatalf("failure: %v", err)
+	}
+}
+
 func TestEvalRequestRoundTripAndSchema(t *testing.T) {
 	at := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
 	m := abi.EvalRequest{Script: "decide", Keys: []string{"c", "d"},

@@ -339,6 +339,31 @@ func DecideError(err error) (msg string, badRequest bool) {
 	return msg, badRequest
 }
 
+// AnsweredError is DecideError's inverse, for a host: the error an answer
+// (DecideResponse or StepResponse) carries. It is nil when the answer
+// carries none, an *sdk.BadRequestError for a refusal of bad input, and
+// otherwise an error reading "<driver> plugin <plugin>: <msg>" that unwraps
+// to cause (the capability error the plugin met in the same call, if any),
+// so that the engine classifies it as it would a native plugin's.
+func AnsweredError(driver, plugin, msg string, badRequest bool, cause error) error {
+	switch {
+	case badRequest:
+		return &sdk.BadRequestError{Message: msg}
+	case msg == "":
+		return nil
+	}
+	return &answeredError{msg: driver + " plugin " + plugin + ": " + msg, cause: cause}
+}
+
+// answeredError is a plugin's failure to decide, as its answer carried it.
+type answeredError struct {
+	msg   string
+	cause error
+}
+
+func (e *answeredError) Error() string { return e.msg }
+func (e *answeredError) Unwrap() error { return e.cause }
+
 // Append appends m encoded.
 func (m *DecideResponse) Append(b []byte) []byte {
 	d := &m.Decision
