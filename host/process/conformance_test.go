@@ -120,7 +120,7 @@ func TestConfigErrorsMatchNative(t *testing.T) {
 	}
 }
 
-// Many decisions at once share the process's one Steps stream: each gets
+// Many decisions at once share the process's one steps socket: each gets
 // its own answer. Each goroutine has its own subject, so its remaining
 // counts down exactly.
 func TestConcurrentStepsGetTheirOwnAnswers(t *testing.T) {

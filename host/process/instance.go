@@ -41,12 +41,10 @@ type instance struct {
 	exited  <-chan struct{} // closed when the process has exited
 	stopped chan struct{}   // closed when ruled stops it
 	info    sdk.Info
-	steps   bool        // the process decides in steps (Plugin.Steps)
-	stepper *stepStream // its steps' stream, when it does
-	// cancelSteps ends the stream.
-	cancelSteps context.CancelFunc
-	started     time.Time
-	sockDir     string // the process's private socket directory
+	steps   bool      // the process decides in steps, on its steps socket
+	stepper *stepConn // its steps socket, when it does
+	started time.Time
+	sockDir string // the process's private socket directory
 
 	timeouts atomic.Int32 // calls in a row that ran out of time
 	stopOnce sync.Once
@@ -86,6 +84,15 @@ func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
 	cmd := exec.Command(p.path)
 	cmd.Env = append(append([]string{}, p.opts.Env...), plugin.EnvUnixSocketDir+"="+sockDir)
 	cmd.SysProcAttr = sysProcAttr()
+	stepsEnd, stepsChild, err := stepsSocket()
+	if err != nil {
+		_ = os.RemoveAll(sockDir)
+		return nil, err
+	}
+	var stepsFD uint32
+	if stepsChild != nil {
+		cmd.ExtraFiles, stepsFD = []*os.File{stepsChild}, pluginrpc.StepsFD
+	}
 	var secure *plugin.SecureConfig
 	if p.checksum != nil {
 		secure = &plugin.SecureConfig{Checksum: p.checksum, Hash: sha256.New()}
@@ -110,9 +117,15 @@ func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
 	defer func() {
 		if err != nil {
 			in.stop(stopGrace)
+			if stepsEnd != nil && in.stepper == nil {
+				_ = stepsEnd.Close()
+			}
 		}
 	}()
 	proto, err := client.Client()
+	if stepsChild != nil {
+		_ = stepsChild.Close() // the process has its own copy, or never will
+	}
 	if err != nil {
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
 			got, _ := pluginfile.Digest(p.path, pluginfile.MaxExecutable)
@@ -139,17 +152,20 @@ func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
 
 	ictx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
-	info, err := in.rpc.Init(ictx, &pluginpb.InitRequest{AbiVersion: abi.Version, HostService: hostID})
+	info, err := in.rpc.Init(ictx, &pluginpb.InitRequest{AbiVersion: abi.Version, HostService: hostID, StepsFd: stepsFD})
 	if err != nil {
 		return nil, fmt.Errorf("init: %s", grpcMessage(err))
 	}
-	in.info, in.steps = pluginrpc.InfoFromPB(info), info.GetSteps()
-	if in.steps {
-		sctx, cancel := context.WithCancel(context.Background())
-		in.cancelSteps = cancel
-		if in.stepper, err = openStepStream(sctx, in.rpc); err != nil {
-			return nil, fmt.Errorf("opening the steps stream: %s", grpcMessage(err))
+	in.info = pluginrpc.InfoFromPB(info)
+	switch {
+	case info.GetSteps() && stepsEnd != nil:
+		deadline, _ := ictx.Deadline()
+		if in.stepper, err = openStepConn(stepsEnd, deadline); err != nil {
+			return nil, err
 		}
+		in.steps = true
+	case stepsEnd != nil:
+		_ = stepsEnd.Close() // the plugin decides through Decide
 	}
 	go in.watch()
 	return in, nil
@@ -173,8 +189,8 @@ func (in *instance) watch() {
 func (in *instance) stop(grace time.Duration) {
 	in.stopOnce.Do(func() {
 		close(in.stopped)
-		if in.cancelSteps != nil {
-			in.cancelSteps()
+		if in.stepper != nil {
+			in.stepper.close()
 		}
 		done := make(chan struct{})
 		go func() {

@@ -317,7 +317,7 @@ func (p *Plugin) Info() sdk.Info {
 	return info
 }
 
-// Steps reports whether the process decides in steps (Plugin.Steps): ruled
+// Steps reports whether the process decides in steps on its steps socket: ruled
 // then runs each script call itself, and the process never calls back.
 func (p *Plugin) Steps() bool { return p.steps }
 
@@ -467,7 +467,7 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 	return pluginrpc.DecisionFromPB(resp.GetDecision()), nil
 }
 
-// stepper runs a process's steps for sdk.DecideSteps: one call on the Steps stream each,
+// stepper runs a process's steps for sdk.DecideSteps: one frame each way on the steps socket,
 // with ruled running the script calls between them.
 type stepper struct {
 	*Plugin // the sdk.Algorithm methods

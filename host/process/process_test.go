@@ -109,7 +109,7 @@ func TestConfigure(t *testing.T) {
 }
 
 // faultModes are the ways the faulty plugin decides: through Decide, and
-// in steps over the Steps stream.
+// in steps over the steps socket.
 var faultModes = []struct {
 	name string
 	env  []string
@@ -251,8 +251,14 @@ func TestCloseStopsTheProcessAndLeaksNothing(t *testing.T) {
 	c := env.Capability()
 	runtime.GC()
 	before := runtime.NumGoroutine()
-	for range 3 {
-		p, err := process.Load(context.Background(), path, process.Options{})
+	fds := 0
+	for i := range 5 {
+		if i == 1 { // after a first round has opened the connections to Redis
+			fds = openFiles(t)
+		}
+		// The steps socket is opened (and must be closed) only for a plugin
+		// that decides in steps.
+		p, err := process.Load(context.Background(), path, process.Options{Env: faultModes[i%2].env})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,6 +281,54 @@ func TestCloseStopsTheProcessAndLeaksNothing(t *testing.T) {
 		t.Fatalf("processes left after Close: %v", kids)
 	}
 	goroutinesSettle(t, before+2)
+	filesSettle(t, fds)
+}
+
+// filesSettle waits for the test process to have at most max files open
+// (go-plugin closes a stopped process's pidfd when it has waited for it).
+func filesSettle(t *testing.T, max int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for openFiles(t) > max {
+		if time.Now().After(deadline) {
+			links := ""
+			entries, _ := os.ReadDir("/proc/self/fd")
+			for _, e := range entries {
+				l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+				links += " " + e.Name() + "=" + l
+			}
+			t.Fatalf("%d files open after Close, want at most %d:%s", openFiles(t), max, links)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// openFiles counts the test process's open file descriptors, where
+// /proc/self/fd lists them.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Logf("not counting open files: %v", err)
+		return 0
+	}
+	return len(fds)
+}
+
+// A plugin that declares steps but does not serve the steps socket it is
+// offered fails to start, saying so, instead of timing out every step.
+func TestStepsWithoutHelloFailToStart(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the faulty plugin hides its steps socket with dup3, which is Linux's")
+	}
+	_, err := process.Load(context.Background(), binary(t, faultyPkg),
+		process.Options{StartTimeout: 2 * time.Second, Env: []string{"RULED_TEST_STEPS=nohello"}})
+	if err == nil || !strings.Contains(err.Error(), "did not say hello on the steps socket") {
+		t.Fatalf("Load: %v", err)
+	}
+	if kids := childrenRunning(binary(t, faultyPkg)); len(kids) != 0 {
+		t.Fatalf("processes left after a failed start: %v", kids)
+	}
 }
 
 func copyFile(t *testing.T, from, to string) {

@@ -33,10 +33,12 @@
 package process
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -132,6 +134,8 @@ type server struct {
 	conn    *grpc.ClientConn // to ruled's Host service
 
 	host atomic.Pointer[pluginpb.HostClient]
+
+	stepsOnce sync.Once // the steps socket is taken once
 }
 
 func newServer(alg sdk.Algorithm, broker *plugin.GRPCBroker, log hclog.Logger) *server {
@@ -169,6 +173,11 @@ func (s *server) Init(_ context.Context, req *pluginpb.InitRequest) (*abipb.Info
 	info := s.alg.Info()
 	pb := pluginrpc.InfoToPB(&info)
 	_, pb.Steps = s.alg.(sdk.Stepper)
+	if fd := req.GetStepsFd(); fd != 0 && pb.Steps {
+		if err := s.openSteps(fd); err != nil {
+			return nil, err
+		}
+	}
 	return pb, nil
 }
 
@@ -257,26 +266,69 @@ func (s *server) answerStep(ctx context.Context, req *abipb.StepRequest) (*abipb
 	return resp, nil
 }
 
-// Steps implements pluginpb.PluginServer: the steps of Step on one stream,
-// answered in order, each as soon as it is decided (a Stepper's Start and
-// Resume do not block, so one goroutine keeps up).
-func (s *server) Steps(stream grpc.BidiStreamingServer[pluginpb.StepCall, pluginpb.StepAnswer]) error {
+// serveSteps answers the steps ruled sends on the steps socket, in turn,
+// until ruled closes it (a Stepper's Start and Resume do not block, so one
+// goroutine keeps up). Answers are flushed when no whole step is waiting,
+// so that a burst of steps costs one write.
+func (s *server) serveSteps(conn net.Conn, r *bufio.Reader, w *bufio.Writer) {
+	defer conn.Close()
+	ctx := context.Background()
+	var in, out []byte
 	for {
-		call, err := stream.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
+		var call pluginpb.StepCall
+		var err error
+		if in, err = pluginrpc.ReadFrame(r, in, &call); err != nil {
+			if !errors.Is(err, io.EOF) {
+				s.log.Error("steps socket", "error", err)
 			}
-			return err
+			return
 		}
-		resp, err := s.answerStep(stream.Context(), call.GetStep())
+		resp, err := s.answerStep(ctx, call.GetStep())
 		if err != nil {
 			resp = &abipb.StepResponse{Error: err.Error()}
 		}
-		if err := stream.Send(&pluginpb.StepAnswer{Id: call.GetId(), Step: resp}); err != nil {
-			return err
+		if out, err = pluginrpc.AppendFrame(out[:0], &pluginpb.StepAnswer{Id: call.GetId(), Step: resp}); err != nil {
+			out, _ = pluginrpc.AppendFrame(out[:0], &pluginpb.StepAnswer{Id: call.GetId(), Step: &abipb.StepResponse{Error: err.Error()}})
+		}
+		if _, err := w.Write(out); err == nil && !pluginrpc.FrameBuffered(r) {
+			err = w.Flush()
+		}
+		if err != nil {
+			s.log.Error("steps socket", "error", err)
+			return
 		}
 	}
+}
+
+// openSteps takes the steps socket ruled offered at fd and says hello on
+// it, once per process.
+func (s *server) openSteps(fd uint32) error {
+	var err error
+	s.stepsOnce.Do(func() {
+		f := os.NewFile(uintptr(fd), "ruled-steps")
+		if f == nil {
+			err = fmt.Errorf("process: the steps socket %d is not a file descriptor", fd)
+			return
+		}
+		conn, ferr := net.FileConn(f)
+		_ = f.Close()
+		if ferr != nil {
+			err = fmt.Errorf("process: the steps socket: %w", ferr)
+			return
+		}
+		w := bufio.NewWriterSize(conn, 64<<10)
+		hello, _ := pluginrpc.AppendFrame(nil, &pluginpb.StepAnswer{})
+		if _, err = w.Write(hello); err == nil {
+			err = w.Flush()
+		}
+		if err != nil {
+			_ = conn.Close()
+			err = fmt.Errorf("process: saying hello on the steps socket: %w", err)
+			return
+		}
+		go s.serveSteps(conn, bufio.NewReaderSize(conn, 64<<10), w)
+	})
+	return err
 }
 
 func (s *server) step(ctx context.Context, st sdk.Stepper, cfg sdk.Config, r sdk.Request, prev *sdk.Step, reply sdk.Reply) (step sdk.Step, err error) {

@@ -36,7 +36,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// StepCall is one step sent on Plugin.Steps.
+// StepCall is one step sent on the steps socket.
 type StepCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id names the step in its answer; never 0.
@@ -149,7 +149,12 @@ type InitRequest struct {
 	// abi_version is the ABI the host speaks: 1.
 	AbiVersion uint32 `protobuf:"varint,1,opt,name=abi_version,json=abiVersion,proto3" json:"abi_version,omitempty"`
 	// host_service is the go-plugin broker id to dial for the Host service.
-	HostService   uint32 `protobuf:"varint,2,opt,name=host_service,json=hostService,proto3" json:"host_service,omitempty"`
+	HostService uint32 `protobuf:"varint,2,opt,name=host_service,json=hostService,proto3" json:"host_service,omitempty"`
+	// steps_fd is the file descriptor, in the plugin's process, of the steps
+	// socket (above), or 0 when ruled offers none (it then decides through
+	// Decide). A plugin that declares steps and is offered one writes its
+	// hello frame on it before Init returns.
+	StepsFd       uint32 `protobuf:"varint,3,opt,name=steps_fd,json=stepsFd,proto3" json:"steps_fd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +199,13 @@ func (x *InitRequest) GetAbiVersion() uint32 {
 func (x *InitRequest) GetHostService() uint32 {
 	if x != nil {
 		return x.HostService
+	}
+	return 0
+}
+
+func (x *InitRequest) GetStepsFd() uint32 {
+	if x != nil {
+		return x.StepsFd
 	}
 	return 0
 }
@@ -472,11 +484,12 @@ const file_sdk_abi_plugin_proto_rawDesc = "" +
 	"\n" +
 	"StepAnswer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
-	"\x04step\x18\x02 \x01(\v2\x1a.ruled.abi.v1.StepResponseR\x04step\"Q\n" +
+	"\x04step\x18\x02 \x01(\v2\x1a.ruled.abi.v1.StepResponseR\x04step\"l\n" +
 	"\vInitRequest\x12\x1f\n" +
 	"\vabi_version\x18\x01 \x01(\rR\n" +
 	"abiVersion\x12!\n" +
-	"\fhost_service\x18\x02 \x01(\rR\vhostService\"h\n" +
+	"\fhost_service\x18\x02 \x01(\rR\vhostService\x12\x19\n" +
+	"\bsteps_fd\x18\x03 \x01(\rR\astepsFd\"h\n" +
 	"\x10ConfigureRequest\x12<\n" +
 	"\tconfigure\x18\x01 \x01(\v2\x1e.ruled.abi.v1.ConfigureRequestR\tconfigure\x12\x16\n" +
 	"\x06forget\x18\x02 \x03(\x04R\x06forget\"]\n" +
@@ -491,12 +504,11 @@ const file_sdk_abi_plugin_proto_rawDesc = "" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x14\n" +
 	"\x05level\x18\x02 \x01(\x11R\x05level\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"\r\n" +
-	"\vLogResponse2\xa0\x02\n" +
+	"\vLogResponse2\xdb\x01\n" +
 	"\x06Plugin\x128\n" +
 	"\x04Init\x12\x1c.ruled.plugin.v1.InitRequest\x1a\x12.ruled.abi.v1.Info\x12O\n" +
 	"\tConfigure\x12!.ruled.plugin.v1.ConfigureRequest\x1a\x1f.ruled.abi.v1.ConfigureResponse\x12F\n" +
-	"\x06Decide\x12\x1e.ruled.plugin.v1.DecideRequest\x1a\x1c.ruled.abi.v1.DecideResponse\x12C\n" +
-	"\x05Steps\x12\x19.ruled.plugin.v1.StepCall\x1a\x1b.ruled.plugin.v1.StepAnswer(\x010\x012\x83\x01\n" +
+	"\x06Decide\x12\x1e.ruled.plugin.v1.DecideRequest\x1a\x1c.ruled.abi.v1.DecideResponse2\x83\x01\n" +
 	"\x04Host\x129\n" +
 	"\x04Eval\x12\x1c.ruled.plugin.v1.EvalRequest\x1a\x13.ruled.abi.v1.Reply\x12@\n" +
 	"\x03Log\x12\x1b.ruled.plugin.v1.LogRequest\x1a\x1c.ruled.plugin.v1.LogResponseB1Z/github.com/ruled-dev/ruled/sdk/process/pluginpbb\x06proto3"
@@ -542,17 +554,15 @@ var file_sdk_abi_plugin_proto_depIdxs = []int32{
 	2,  // 5: ruled.plugin.v1.Plugin.Init:input_type -> ruled.plugin.v1.InitRequest
 	3,  // 6: ruled.plugin.v1.Plugin.Configure:input_type -> ruled.plugin.v1.ConfigureRequest
 	4,  // 7: ruled.plugin.v1.Plugin.Decide:input_type -> ruled.plugin.v1.DecideRequest
-	0,  // 8: ruled.plugin.v1.Plugin.Steps:input_type -> ruled.plugin.v1.StepCall
-	5,  // 9: ruled.plugin.v1.Host.Eval:input_type -> ruled.plugin.v1.EvalRequest
-	6,  // 10: ruled.plugin.v1.Host.Log:input_type -> ruled.plugin.v1.LogRequest
-	13, // 11: ruled.plugin.v1.Plugin.Init:output_type -> ruled.abi.v1.Info
-	14, // 12: ruled.plugin.v1.Plugin.Configure:output_type -> ruled.abi.v1.ConfigureResponse
-	15, // 13: ruled.plugin.v1.Plugin.Decide:output_type -> ruled.abi.v1.DecideResponse
-	1,  // 14: ruled.plugin.v1.Plugin.Steps:output_type -> ruled.plugin.v1.StepAnswer
-	16, // 15: ruled.plugin.v1.Host.Eval:output_type -> ruled.abi.v1.Reply
-	7,  // 16: ruled.plugin.v1.Host.Log:output_type -> ruled.plugin.v1.LogResponse
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
+	5,  // 8: ruled.plugin.v1.Host.Eval:input_type -> ruled.plugin.v1.EvalRequest
+	6,  // 9: ruled.plugin.v1.Host.Log:input_type -> ruled.plugin.v1.LogRequest
+	13, // 10: ruled.plugin.v1.Plugin.Init:output_type -> ruled.abi.v1.Info
+	14, // 11: ruled.plugin.v1.Plugin.Configure:output_type -> ruled.abi.v1.ConfigureResponse
+	15, // 12: ruled.plugin.v1.Plugin.Decide:output_type -> ruled.abi.v1.DecideResponse
+	16, // 13: ruled.plugin.v1.Host.Eval:output_type -> ruled.abi.v1.Reply
+	7,  // 14: ruled.plugin.v1.Host.Log:output_type -> ruled.plugin.v1.LogResponse
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name

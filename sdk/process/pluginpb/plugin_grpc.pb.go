@@ -37,7 +37,6 @@ const (
 	Plugin_Init_FullMethodName      = "/ruled.plugin.v1.Plugin/Init"
 	Plugin_Configure_FullMethodName = "/ruled.plugin.v1.Plugin/Configure"
 	Plugin_Decide_FullMethodName    = "/ruled.plugin.v1.Plugin/Decide"
-	Plugin_Steps_FullMethodName     = "/ruled.plugin.v1.Plugin/Steps"
 )
 
 // PluginClient is the client API for Plugin service.
@@ -56,14 +55,6 @@ type PluginClient interface {
 	// Decide answers one request. Its deadline is ruled's per-call time-out;
 	// the plugin's Host calls for this decision carry call_id.
 	Decide(ctx context.Context, in *DecideRequest, opts ...grpc.CallOption) (*abipb.DecideResponse, error)
-	// Steps advances the decisions of a plugin whose Info declares steps, as
-	// the Wasm export ruled_step does (docs/abi.md, "Steps"): ruled sends each
-	// step as a StepCall on one long-lived stream per process, runs each
-	// script call itself between steps, and never calls Decide, so no plugin
-	// call waits on Redis and no Host call comes back. The plugin answers
-	// each StepCall with a StepAnswer of the same id, in any order. A step's
-	// deadline is ruled's per-call time-out.
-	Steps(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StepCall, StepAnswer], error)
 }
 
 type pluginClient struct {
@@ -104,19 +95,6 @@ func (c *pluginClient) Decide(ctx context.Context, in *DecideRequest, opts ...gr
 	return out, nil
 }
 
-func (c *pluginClient) Steps(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StepCall, StepAnswer], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Plugin_ServiceDesc.Streams[0], Plugin_Steps_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[StepCall, StepAnswer]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Plugin_StepsClient = grpc.BidiStreamingClient[StepCall, StepAnswer]
-
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility.
@@ -133,14 +111,6 @@ type PluginServer interface {
 	// Decide answers one request. Its deadline is ruled's per-call time-out;
 	// the plugin's Host calls for this decision carry call_id.
 	Decide(context.Context, *DecideRequest) (*abipb.DecideResponse, error)
-	// Steps advances the decisions of a plugin whose Info declares steps, as
-	// the Wasm export ruled_step does (docs/abi.md, "Steps"): ruled sends each
-	// step as a StepCall on one long-lived stream per process, runs each
-	// script call itself between steps, and never calls Decide, so no plugin
-	// call waits on Redis and no Host call comes back. The plugin answers
-	// each StepCall with a StepAnswer of the same id, in any order. A step's
-	// deadline is ruled's per-call time-out.
-	Steps(grpc.BidiStreamingServer[StepCall, StepAnswer]) error
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -159,9 +129,6 @@ func (UnimplementedPluginServer) Configure(context.Context, *ConfigureRequest) (
 }
 func (UnimplementedPluginServer) Decide(context.Context, *DecideRequest) (*abipb.DecideResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Decide not implemented")
-}
-func (UnimplementedPluginServer) Steps(grpc.BidiStreamingServer[StepCall, StepAnswer]) error {
-	return status.Error(codes.Unimplemented, "method Steps not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 func (UnimplementedPluginServer) testEmbeddedByValue()                {}
@@ -238,13 +205,6 @@ func _Plugin_Decide_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Plugin_Steps_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(PluginServer).Steps(&grpc.GenericServerStream[StepCall, StepAnswer]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Plugin_StepsServer = grpc.BidiStreamingServer[StepCall, StepAnswer]
-
 // Plugin_ServiceDesc is the grpc.ServiceDesc for Plugin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -265,14 +225,7 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Plugin_Decide_Handler,
 		},
 	},
-	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "Steps",
-			Handler:       _Plugin_Steps_Handler,
-			ServerStreams: true,
-			ClientStreams: true,
-		},
-	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "sdk/abi/plugin.proto",
 }
 

@@ -128,7 +128,11 @@ func (stepping) Resume(_ context.Context, cfg sdk.Config, r sdk.Request, _ sdk.S
 }
 
 func main() {
-	if os.Getenv("RULED_TEST_STEPS") == "1" {
+	switch os.Getenv("RULED_TEST_STEPS") {
+	case "1":
+		process.Serve(stepping{})
+	case "nohello":
+		hideStepsSocket()
 		process.Serve(stepping{})
 	}
 	process.Serve(counter{})
