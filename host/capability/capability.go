@@ -107,6 +107,7 @@ type Capability struct {
 	quarantineFirst   time.Duration
 	restartUnkillable bool
 	unkillableLogged  atomic.Int64 // unix nanoseconds of the last UNKILLABLE log line
+	scriptCalls       atomic.Int64 // script calls in flight (run)
 }
 
 // New returns a Capability over client.
@@ -581,14 +582,14 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 	cb.running = running{plugin: p.name, script: script, key: first, start: start}
 	p.cap.running.add(&cb.running)
 	defer p.cap.running.remove(&cb.running)
-	v, err := p.cap.run(ctx, p.scripter, s, call, full)
+	v, err := p.cap.run(ctx, p.scripter, p.client, s, call)
 	if err != nil && p.cap.acl != nil && aclDenied(err) {
 		if authFailure(err) {
 			// The node does not know the plugin's user (restarted,
 			// promoted, added) or has a stale one, and the script did not
 			// run: set the users up and try once more.
 			_ = p.cap.acl.ensure(ctx, start, false)
-			v, err = p.cap.run(ctx, p.scripter, s, call, full)
+			v, err = p.cap.run(ctx, p.scripter, p.client, s, call)
 		} else {
 			// Refused inside the script, which may have written before:
 			// never run it twice. A stale user is set up again for the
@@ -630,7 +631,7 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 }
 
 // script is a declared script: go-redis's Script (EVALSHA, EVAL on
-// NOSCRIPT) and its source, for the pipelined path.
+// NOSCRIPT) and its source.
 type script struct {
 	*redis.Script
 	src string
@@ -652,21 +653,54 @@ func headLines(src, body string) int {
 	return strings.Count(src[:len(src)-len(body)-len(postlude)], "\n")
 }
 
-// run runs one script call; call is the EVALSHA command line and keys the
-// keys in it. A pipelined call is submitted to the autopipeliner's
-// deferred face and waited for with ctx, so the caller stops waiting at the
-// deadline even though the batch itself does not watch ctx.
-func (c *Capability) run(ctx context.Context, sc redis.Scripter, s *script, call []any, keys []string) (any, error) {
+// run runs one script call on client, or on sc, its autopipeliner, when
+// pipelining is on; call is the EVALSHA command line and keys the keys in
+// it. A call alone (no other script call of this Capability in flight) goes
+// straight to the client: the pipeliner's writer and reader goroutines cost
+// two hand-offs, which at low load wake idle CPUs, and alone it would share
+// its round trip with no one. A pipelined call is submitted to the
+// autopipeliner's deferred face and waited for with ctx, so the caller
+// stops waiting at the deadline even though the batch itself does not
+// watch ctx. Either way the call is never sent twice (scriptCmd).
+func (c *Capability) run(ctx context.Context, sc redis.Scripter, client redis.UniversalClient, s *script, call []any) (any, error) {
 	ap, pipelined := sc.(*redis.AutoPipeliner)
-	if !pipelined {
-		return s.Run(ctx, sc, keys, call[3+len(keys):]...).Result()
+	if c.scriptCalls.Add(1) == 1 {
+		pipelined = false
 	}
-	v, err := submit(ctx, ap, call)
+	defer c.scriptCalls.Add(-1)
+	send := func() (any, error) {
+		if pipelined {
+			return submit(ctx, ap, call)
+		}
+		cmd := scriptCmd{redis.NewCmd(ctx, call...)}
+		_ = client.Process(ctx, cmd)
+		v, err := cmd.Result()
+		return v, ctxFirst(ctx, err)
+	}
+	v, err := send()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		call[0], call[1] = "eval", s.src // the first command is done with call
-		v, err = submit(ctx, ap, call)
+		v, err = send()
 	}
 	return v, err
+}
+
+// ctxFirst names ctx's end as the cause of err when ctx is done or past its
+// deadline: the client cuts a read at ctx's deadline as an i/o time-out,
+// where the pipelined path answers ctx.Err(), and a caller's deadline must
+// not count against Redis.
+func ctxFirst(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	cause := ctx.Err()
+	if d, ok := ctx.Deadline(); cause == nil && ok && !time.Now().Before(d) {
+		cause = context.DeadlineExceeded // ctx's timer has not run yet
+	}
+	if cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cause, err)
 }
 
 // submit queues one command on the autopipeliner and waits for it.
@@ -678,8 +712,8 @@ func submit(ctx context.Context, ap *redis.AutoPipeliner, call []any) (any, erro
 	return c.Result()
 }
 
-// scriptCmd is a script call on the pipelined path. It is never sent
-// twice: when a connection fails, the pipeline replays the commands it
+// scriptCmd is a script call. It is never sent twice: when a connection
+// fails, the client (and the pipeline) sends again only the commands it
 // had not yet written and fails the ones it had, which may have run.
 type scriptCmd struct{ *redis.Cmd }
 

@@ -161,6 +161,17 @@ func testTimeoutAndBreaker(t *testing.T, pipe *redis.AutoPipelineOptions) {
 		t.Fatal(err)
 	}
 	srv.Pause()
+	for range 3 { // time-outs of the callers' own deadlines say nothing of Redis
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		_, err := h.Eval(ctx, "now", nil)
+		cancel()
+		if capability.ClassOf(err) != capability.ClassTimeout {
+			t.Fatalf("paused Redis, a caller's deadline of 30ms: %v, want a time-out", err)
+		}
+	}
+	if !c.Available() {
+		t.Fatal("the callers' deadlines opened the circuit")
+	}
 	for i := 0; i < 2; i++ {
 		start := time.Now()
 		_, err := h.Eval(context.Background(), "now", nil)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,4 +147,62 @@ func TestConcurrentStepsGetTheirOwnAnswers(t *testing.T) {
 	if p.HostEvals() != 0 {
 		t.Fatalf("%d calls back to ruled", p.HostEvals())
 	}
+}
+
+// Callers that give up mid-step (cancelled, or out of time) while others
+// wait on the same socket take nothing with them: whoever reads the socket
+// passes that on before leaving, so every patient caller still gets its own
+// answer, and the process is not judged hung.
+func TestStepsOfCallersThatGiveUpLeaveTheOthersTheirAnswers(t *testing.T) {
+	env := plugintest.NewEnv(t)
+	p := builtinProcess(t, fixedwindow.Name)
+	cfg := plugintest.Configure(t, p, map[string]any{"limit": 1000, "window": "1h"})
+	reg := plugintest.Register(t, env.Capability(), p)
+	var wg sync.WaitGroup
+	var gaveUp atomic.Int64
+	for g := range 16 {
+		subject := fmt.Sprint("subject-", g)
+		h := reg.Host("giveup", subject)
+		if g%2 == 1 { // impatient: mostly cancelled or timed out after 0-1.5 ms
+			wg.Go(func() {
+				for i := range 200 {
+					timeout := time.Duration(i%8) * 250 * time.Microsecond
+					if i%8 == 7 { // and one in eight with time enough (i is odd: not cancelled)
+						timeout = 5 * time.Second
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), timeout)
+					if i%2 == 0 {
+						go func() { time.Sleep(time.Duration(i%7) * 200 * time.Microsecond); cancel() }()
+					}
+					if _, err := p.Decide(ctx, h, cfg, sdk.Request{Subject: subject, Hits: 1}); err != nil {
+						gaveUp.Add(1)
+					}
+					cancel()
+				}
+			})
+			continue
+		}
+		wg.Go(func() {
+			for i := range 100 {
+				d, err := p.Decide(context.Background(), h, cfg, sdk.Request{Subject: subject, Hits: 1})
+				if want := int64(1000 - (i + 1)); err != nil || !d.Allowed || d.Remaining != want {
+					t.Errorf("%s decision %d: %+v %v, want remaining %d", subject, i, d, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := gaveUp.Load(); n == 0 || n == 1600 {
+		t.Fatalf("%d of 1600 impatient calls gave up: the test did not test a mix", n)
+	}
+	if err := p.Status(); err != nil {
+		t.Fatalf("status after callers gave up: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if d, err := p.Decide(ctx, reg.Host("giveup", "last"), cfg, sdk.Request{Subject: "last", Hits: 1}); err != nil || !d.Allowed {
+		t.Fatalf("a call after them: %+v %v", d, err)
+	}
+	t.Logf("%d of 1600 impatient calls gave up", gaveUp.Load())
 }

@@ -225,6 +225,8 @@ func (p *Plugin) callFailed(ctx context.Context, in *instance, what string, err 
 	switch {
 	case ctx.Err() != nil:
 		return &CallError{Plugin: p.info.Name, Func: what, Err: ctx.Err()}
+	case pastDeadline(ctx): // and ctx's timer not run yet
+		return &CallError{Plugin: p.info.Name, Func: what, Err: context.DeadlineExceeded}
 	case code == codes.DeadlineExceeded:
 		if n := in.timeouts.Add(1); int(n) >= p.opts.HungAfter {
 			p.markDown(in, fmt.Errorf("%d calls in a row took longer than %v: hung", n, p.opts.CallTimeout))
@@ -237,6 +239,12 @@ func (p *Plugin) callFailed(ctx context.Context, in *instance, what string, err 
 		err = errors.New(grpcMessage(err))
 	}
 	return &CallError{Plugin: p.info.Name, Func: what, Err: err}
+}
+
+// pastDeadline reports whether ctx's deadline has passed.
+func pastDeadline(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 func (in *instance) hasExited() bool {

@@ -3,6 +3,7 @@ package pluginrpc
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 
@@ -33,24 +34,53 @@ func AppendFrame(b []byte, m proto.Message) ([]byte, error) {
 	return b, nil
 }
 
-// ReadFrame reads one frame from r into m, using buf for its bytes when
-// it is large enough, and returns the buffer for the next call. It returns
-// io.EOF only when r ends between two frames.
+// ErrFrameCut wraps the errors of a ReadFrame that consumed part of a frame
+// before it failed: the stream cannot be read on.
+var ErrFrameCut = errors.New("frame cut short")
+
+// ReadFrame reads one frame from r into m, using buf for its bytes when the
+// frame does not fit r's buffer, and returns the buffer for the next call.
+// It returns io.EOF only when r ends between two frames. A frame that fits
+// r's buffer is consumed only once it is whole, so that a read that fails
+// (a read deadline passing, say) may be tried again; a larger frame is read
+// through, and an error after its first bytes wraps ErrFrameCut.
 func ReadFrame(r *bufio.Reader, buf []byte, m proto.Message) ([]byte, error) {
-	var head [frameHeader]byte
-	if _, err := io.ReadFull(r, head[:]); err != nil {
+	head, err := r.Peek(frameHeader)
+	if err != nil {
+		if len(head) > 0 && errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		return buf, err
 	}
-	n := binary.BigEndian.Uint32(head[:])
+	n := int(binary.BigEndian.Uint32(head))
 	if n > MaxMessage {
-		return buf, fmt.Errorf("a frame of %d bytes is over the %d-byte bound", n, MaxMessage)
+		return buf, fmt.Errorf("%w: a frame of %d bytes is over the %d-byte bound", ErrFrameCut, n, MaxMessage)
 	}
-	if int(n) > cap(buf) {
+	if frameHeader+n <= r.Size() {
+		b, err := r.Peek(frameHeader + n)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return buf, err
+		}
+		err = proto.Unmarshal(b[frameHeader:], m) // copies what it keeps
+		_, _ = r.Discard(frameHeader + n)
+		if err != nil {
+			return buf, fmt.Errorf("decoding a %T frame: %w", m, err)
+		}
+		return buf, nil
+	}
+	_, _ = r.Discard(frameHeader)
+	if n > cap(buf) {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return buf, fmt.Errorf("reading a frame of %d bytes: %w", n, io.ErrUnexpectedEOF)
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return buf, fmt.Errorf("%w: reading a frame of %d bytes: %w", ErrFrameCut, n, err)
 	}
 	if err := proto.Unmarshal(buf, m); err != nil {
 		return buf, fmt.Errorf("decoding a %T frame: %w", m, err)

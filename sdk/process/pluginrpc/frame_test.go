@@ -72,3 +72,62 @@ func TestFrameBufferedSaysWhenAWholeFrameWaits(t *testing.T) {
 		}
 	}
 }
+
+// stutter gives its chunks one Read at a time, failing with errTimeout
+// between two chunks, as a connection whose read deadline passes does.
+type stutter struct {
+	chunks [][]byte
+	failed bool
+}
+
+var errTimeout = errors.New("i/o timeout")
+
+func (s *stutter) Read(p []byte) (int, error) {
+	if len(s.chunks) == 0 {
+		return 0, io.EOF
+	}
+	if !s.failed {
+		s.failed = true
+		return 0, errTimeout
+	}
+	s.failed = false
+	n := copy(p, s.chunks[0])
+	if s.chunks[0] = s.chunks[0][n:]; len(s.chunks[0]) == 0 {
+		s.chunks = s.chunks[1:]
+	}
+	return n, nil
+}
+
+func TestAFrameThatFitsTheBufferSurvivesAFailedRead(t *testing.T) {
+	want := &pluginpb.StepCall{Id: 5, Step: &abipb.StepRequest{Subject: []byte("subject")}}
+	b, _ := AppendFrame(nil, want)
+	r := bufio.NewReader(&stutter{chunks: [][]byte{b[:2], b[2:7], b[7:]}})
+	var got pluginpb.StepCall
+	fails := 0
+	for {
+		_, err := ReadFrame(r, nil, &got)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errTimeout) || errors.Is(err, ErrFrameCut) || fails > 10 {
+			t.Fatalf("read %d: %v", fails, err)
+		}
+		fails++
+	}
+	if !proto.Equal(&got, want) || fails != 3 {
+		t.Fatalf("got %v after %d failed reads, want %v after 3", &got, fails, want)
+	}
+
+	big := &pluginpb.StepCall{Id: 6, Step: &abipb.StepRequest{Subject: bytes.Repeat([]byte("b"), 100)}}
+	b, _ = AppendFrame(nil, big)
+	r = bufio.NewReaderSize(&stutter{chunks: [][]byte{b[:10], b[10:]}}, 16)
+	var err error
+	for range 3 {
+		if _, err = ReadFrame(r, nil, &got); errors.Is(err, ErrFrameCut) {
+			break
+		}
+	}
+	if !errors.Is(err, ErrFrameCut) || !errors.Is(err, errTimeout) {
+		t.Fatalf("a frame larger than the buffer, cut by a failed read: %v, want ErrFrameCut", err)
+	}
+}
