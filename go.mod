@@ -39,8 +39,8 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/expr-lang/expr v1.17.8
-	github.com/ruled-dev/ruled/sdk v0.0.0-00010101000000-000000000000
-	github.com/ruled-dev/ruled/sdk/process v0.0.0-00010101000000-000000000000
+	github.com/ruled-dev/ruled/sdk v0.1.0
+	github.com/ruled-dev/ruled/sdk/process v0.1.0
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/sys v0.48.0 // indirect

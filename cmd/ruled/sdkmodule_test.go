@@ -21,9 +21,10 @@ import (
 // conformance kit, which needs ruled's module) stays out of the modules
 // built here.
 
-// placeholder is the version the in-repo build requires the SDK modules at,
-// with a replace directive, until they are tagged.
-const placeholder = "v0.0.0-00010101000000-000000000000"
+// sdkVersion is the version of the SDK modules (tags sdk/v0.1.0 and
+// sdk/process/v0.1.0), which ruled's go.mod requires with a replace
+// directive, and the docs' go get lines name.
+const sdkVersion = "v0.1.0"
 
 // daemonModules are ruled's own dependencies, which no plugin needs.
 var daemonModules = []string{
@@ -128,6 +129,31 @@ func TestMakefileListsEveryModule(t *testing.T) {
 	}
 }
 
+// ruled's module and sdk/process require the SDK modules at sdkVersion, and
+// the docs' go get lines name it: a new tag moves all of them at once.
+func TestTheSDKVersionIsOneEverywhere(t *testing.T) {
+	root := repoRoot(t)
+	for file, mods := range map[string][]string{
+		"go.mod":             {"github.com/ruled-dev/ruled/sdk", "github.com/ruled-dev/ruled/sdk/process"},
+		"sdk/process/go.mod": {"github.com/ruled-dev/ruled/sdk"},
+		"docs/plugins.md":    {"go get github.com/ruled-dev/ruled/sdk@", "go get github.com/ruled-dev/ruled/sdk/process@"},
+	} {
+		b, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mods {
+			sep := " "
+			if strings.HasSuffix(m, "@") {
+				sep = ""
+			}
+			if !strings.Contains(string(b), m+sep+sdkVersion) {
+				t.Errorf("%s does not name %s at %s", file, strings.TrimSuffix(m, "@"), sdkVersion)
+			}
+		}
+	}
+}
+
 // repoRoot is the repository's root, two levels above this package.
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -143,8 +169,8 @@ func repoRoot(t *testing.T) string {
 
 // outOfTreeModule writes example.com/quota into a temporary directory: the
 // plugin package and the main package of kind (wasm or process) from
-// testdata/outoftree, and a go.mod requiring the modules of replace at the
-// placeholder version, replaced by the local directories. It seeds go.sum
+// testdata/outoftree, and a go.mod requiring the modules of replace at
+// sdkVersion, replaced by the local directories. It seeds go.sum
 // with the last module's go.sum, whose requirements it shares, so that
 // tidying needs no checksum database. It sets the environment of every go
 // command the test runs, ruled plugin build's included: no workspace, no
@@ -172,7 +198,7 @@ func outOfTreeModule(t *testing.T, root, kind string, replace map[string]string)
 	var mod strings.Builder
 	mod.WriteString("module example.com/quota\n\ngo 1.26.0\n\n")
 	for _, p := range paths {
-		mod.WriteString("require " + p + " " + placeholder + "\n")
+		mod.WriteString("require " + p + " " + sdkVersion + "\n")
 	}
 	for _, p := range paths {
 		mod.WriteString("\nreplace " + p + " => " + filepath.ToSlash(replace[p]) + "\n")
