@@ -290,7 +290,8 @@ func (s *server) serveSteps(conn net.Conn, r *bufio.Reader, w *bufio.Writer) {
 		if out, err = pluginrpc.AppendFrame(out[:0], &pluginpb.StepAnswer{Id: call.GetId(), Step: resp}); err != nil {
 			out, _ = pluginrpc.AppendFrame(out[:0], &pluginpb.StepAnswer{Id: call.GetId(), Step: &abipb.StepResponse{Error: err.Error()}})
 		}
-		if _, err := w.Write(out); err == nil && !pluginrpc.FrameBuffered(r) {
+		_, err = w.Write(out)
+		if err == nil && !pluginrpc.FrameBuffered(r) {
 			err = w.Flush()
 		}
 		if err != nil {
