@@ -41,8 +41,7 @@ type instance struct {
 	exited  <-chan struct{} // closed when the process has exited
 	stopped chan struct{}   // closed when ruled stops it
 	info    sdk.Info
-	steps   bool      // the process decides in steps, on its steps socket
-	stepper *stepConn // its steps socket, when it does
+	stepper *stepConn // its steps socket, when it decides in steps
 	started time.Time
 	sockDir string // the process's private socket directory
 
@@ -91,7 +90,7 @@ func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
 	}
 	var stepsFD uint32
 	if stepsChild != nil {
-		cmd.ExtraFiles, stepsFD = []*os.File{stepsChild}, pluginrpc.StepsFD
+		cmd.ExtraFiles, stepsFD = []*os.File{stepsChild}, stepsChildFD
 	}
 	var secure *plugin.SecureConfig
 	if p.checksum != nil {
@@ -163,7 +162,6 @@ func (p *Plugin) start(ctx context.Context) (_ *instance, err error) {
 		if in.stepper, err = openStepConn(stepsEnd, deadline); err != nil {
 			return nil, err
 		}
-		in.steps = true
 	case stepsEnd != nil:
 		_ = stepsEnd.Close() // the plugin decides through Decide
 	}

@@ -192,7 +192,7 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 		in.stop(stopGrace)
 		return nil, fmt.Errorf("process: %s: %w", path, err)
 	}
-	p.info, p.steps, p.shapes = in.info, in.steps, sdk.ShapesOf(in.info)
+	p.info, p.steps, p.shapes = in.info, in.stepper != nil, sdk.ShapesOf(in.info)
 	p.logs.setLogger(opts.Logger.With("plugin", p.info.Name))
 	p.inst.Store(in)
 	go p.supervise()

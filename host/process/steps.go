@@ -47,7 +47,10 @@ type stepConn struct {
 // stepWaiter is a call waiting for its answer. Its channel receives one
 // event at most while it waits (its answer, or the lead) and is closed when
 // the socket ends. Events are sent under stepConn.mu, to waiters in the map.
-type stepWaiter struct{ ch chan stepEvent }
+type stepWaiter struct {
+	ch      chan stepEvent
+	written bool // its step is on the socket: it may lead (under stepConn.mu)
+}
 
 type stepEvent struct {
 	resp *abipb.StepResponse
@@ -111,14 +114,23 @@ func (s *stepConn) call(ctx context.Context, req *abipb.StepRequest) (*abipb.Ste
 	s.nextID++
 	id := s.nextID
 	s.waiting[id] = w
-	leading := !s.leader
-	s.leader = true
 	s.mu.Unlock()
 
 	if err := s.write(ctx, &pluginpb.StepCall{Id: id, Step: req}); err != nil {
-		s.leave(id, w, leading)
+		s.leave(id, w, false)
 		return nil, err
 	}
+	// Only a caller whose step is written leads: one still writing could
+	// wait on a full socket while nobody reads the answers that would
+	// empty it.
+	s.mu.Lock()
+	leading := false
+	if s.waiting[id] == w { // not answered (or ended) already
+		w.written = true
+		leading = !s.leader
+		s.leader = true
+	}
+	s.mu.Unlock()
 	if !leading {
 		select {
 		case ev, ok := <-w.ch:
@@ -137,15 +149,14 @@ func (s *stepConn) call(ctx context.Context, req *abipb.StepRequest) (*abipb.Ste
 }
 
 // lead reads the socket until the answer to id comes, handing the others'
-// to them, then passes the lead on. A read cut by ctx is tried again by the
-// next leader: frames are consumed whole (pluginrpc.ReadFrame).
+// to them, then passes the lead on. Its read ends at ctx's deadline, not
+// at a cancellation: a cancelled leader waits for its own answer, which
+// is on its way, rather than cut the read under the next leader. A read
+// cut by the deadline is taken up by the next leader: frames are consumed
+// whole (pluginrpc.ReadFrame).
 func (s *stepConn) lead(ctx context.Context, id uint64, w *stepWaiter) (*abipb.StepResponse, error) {
 	deadline, _ := ctx.Deadline()
 	_ = s.conn.SetReadDeadline(deadline)
-	// A cancelled ctx cuts the read short too. Fired late, it cuts a later
-	// leader's read, which that leader tries again.
-	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Now()) })
-	defer stop()
 	for {
 		var a pluginpb.StepAnswer
 		var err error
@@ -153,16 +164,8 @@ func (s *stepConn) lead(ctx context.Context, id uint64, w *stepWaiter) (*abipb.S
 		switch {
 		case err == nil:
 		case isTimeout(err) && !errors.Is(err, pluginrpc.ErrFrameCut):
-			if err := ctx.Err(); err != nil {
-				s.leave(id, w, true)
-				return nil, status.FromContextError(err).Err()
-			}
-			if !deadline.IsZero() && !time.Now().Before(deadline) { // ctx's timer is late
-				s.leave(id, w, true)
-				return nil, status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
-			}
-			_ = s.conn.SetReadDeadline(deadline) // cut by a leader before
-			continue
+			s.leave(id, w, true)
+			return nil, status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
 		default:
 			s.end(status.Errorf(codes.Unavailable, "steps socket: %v", err))
 			return nil, s.ended()
@@ -200,12 +203,14 @@ func (s *stepConn) leave(id uint64, w *stepWaiter, leading bool) {
 	}
 }
 
-// passLead gives the lead to a waiting call, or gives it up when none
-// waits. Its caller holds mu and leads.
+// passLead gives the lead to a waiting call whose step is written, or
+// gives it up when there is none. Its caller holds mu and leads.
 func (s *stepConn) passLead() {
 	for _, w := range s.waiting {
-		w.ch <- stepEvent{lead: true} // empty: a waiter in the map has had no event
-		return
+		if w.written {
+			w.ch <- stepEvent{lead: true} // empty: a waiter in the map has had no event
+			return
+		}
 	}
 	s.leader = false
 }

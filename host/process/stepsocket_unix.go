@@ -9,6 +9,10 @@ import (
 	"syscall"
 )
 
+// stepsChildFD is the steps socket's file descriptor in the plugin's
+// process: the first of exec.Cmd's ExtraFiles (InitRequest.steps_fd).
+const stepsChildFD = 3
+
 // stepsSocket returns the two ends of a new steps socket: ruled's, and the
 // process's, to be passed to it as its first extra file. Both are
 // close-on-exec in ruled, so that no other child inherits them and the

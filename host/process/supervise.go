@@ -123,7 +123,7 @@ func (p *Plugin) restart() error {
 	if err != nil {
 		return err
 	}
-	if !sameInfo(&in.info, &p.info) || in.steps != p.steps {
+	if !sameInfo(&in.info, &p.info) || (in.stepper != nil) != p.steps {
 		in.stop(stopGrace)
 		return fmt.Errorf("the executable now says it is %s %s with other scripts, traits or steps than %s %s when it was loaded; reload the rules to load it anew",
 			in.info.Name, in.info.Version, p.info.Name, p.info.Version)

@@ -10,10 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// StepsFD is the file descriptor ruled gives a plugin's steps socket in
-// the plugin's process (the first of exec.Cmd's ExtraFiles).
-const StepsFD = 3
-
 // frameHeader is the length prefix of a frame on the steps socket.
 const frameHeader = 4
 
