@@ -23,6 +23,11 @@ import (
 // State of the step it resumes (not its Keys and Args).
 type Stepper interface {
 	Algorithm
+	Steps
+}
+
+// Steps is the stepping half of a Stepper: all DecideSteps needs.
+type Steps interface {
 	// Start begins deciding r: it returns the first script call, or the
 	// decision when no script is needed. ctx bounds the host's work
 	// around the call; a plugin's own Start does not block.
@@ -103,7 +108,7 @@ type ShapeOf func(script string) *Shape
 // without blocking a plugin instance, for one that does not link into
 // ruled). shape gives each script's declared Shape, for the steps that
 // Decide; ShapesOf(s.Info()) builds it once.
-func DecideSteps(ctx context.Context, h Host, s Stepper, shape ShapeOf, c Config, r Request) (Decision, error) {
+func DecideSteps(ctx context.Context, h Host, s Steps, shape ShapeOf, c Config, r Request) (Decision, error) {
 	step, err := s.Start(ctx, c, r)
 	for n := 0; ; n++ {
 		if err != nil {

@@ -441,7 +441,7 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 		return sdk.Decision{}, fmt.Errorf("process plugin %s: decide: %w", p.info.Name, err)
 	}
 	if p.steps {
-		d, err := sdk.DecideSteps(ctx, h, stepper{Plugin: p, cfg: cfg}, p.shapes, c, r)
+		d, err := sdk.DecideSteps(ctx, h, (*stepper)(p), p.shapes, c, r)
 		runtime.KeepAlive(cfg) // its cleanup would forget the config
 		return d, err
 	}
@@ -469,22 +469,19 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 
 // stepper runs a process's steps for sdk.DecideSteps: one frame each way on the steps socket,
 // with ruled running the script calls between them.
-type stepper struct {
-	*Plugin // the sdk.Algorithm methods
-	cfg     *config
+type stepper Plugin
+
+// Start implements sdk.Steps with a first step.
+func (s *stepper) Start(ctx context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
+	return (*Plugin)(s).step(ctx, pluginrpc.StepRequestToPB(c.(*config).id, &r, nil, sdk.Reply{}))
 }
 
-// Start implements sdk.Stepper with a first step.
-func (s stepper) Start(ctx context.Context, _ sdk.Config, r sdk.Request) (sdk.Step, error) {
-	return s.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, nil, sdk.Reply{}))
+// Resume implements sdk.Steps with a step that carries the reply.
+func (s *stepper) Resume(ctx context.Context, c sdk.Config, r sdk.Request, prev sdk.Step, reply sdk.Reply) (sdk.Step, error) {
+	return (*Plugin)(s).step(ctx, pluginrpc.StepRequestToPB(c.(*config).id, &r, &prev, reply))
 }
 
-// Resume implements sdk.Stepper with a step that carries the reply.
-func (s stepper) Resume(ctx context.Context, _ sdk.Config, r sdk.Request, prev sdk.Step, reply sdk.Reply) (sdk.Step, error) {
-	return s.step(ctx, pluginrpc.StepRequestToPB(s.cfg.id, &r, &prev, reply))
-}
-
-// step sends one step on the stream and waits for its answer, bounded by Options.CallTimeout.
+// step sends one step on the steps socket and waits for its answer, bounded by Options.CallTimeout.
 func (p *Plugin) step(ctx context.Context, req *abipb.StepRequest) (sdk.Step, error) {
 	in := p.inst.Load()
 	if in == nil {

@@ -443,7 +443,7 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 		return sdk.Decision{}, fmt.Errorf("wasm plugin %s: config of type %T is not one of this plugin's", p.info.Name, c)
 	}
 	if p.steps {
-		d, err := sdk.DecideSteps(ctx, h, stepper{Plugin: p, cfg: cfg}, p.shapes, c, r)
+		d, err := sdk.DecideSteps(ctx, h, (*stepper)(p), p.shapes, c, r)
 		runtime.KeepAlive(cfg) // its cleanup would forget the config
 		return d, err
 	}
@@ -485,19 +485,16 @@ func (p *Plugin) acquire(ctx context.Context, what string) (*instance, error) {
 // stepper runs a module's steps for sdk.DecideSteps: each step takes an
 // instance for one ruled_step call and gives it back before the host runs
 // the step's script, so no instance waits on Redis.
-type stepper struct {
-	*Plugin // the sdk.Algorithm methods
-	cfg     *config
+type stepper Plugin
+
+// Start implements sdk.Steps with a first ruled_step.
+func (s *stepper) Start(ctx context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
+	return (*Plugin)(s).step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: c.(*config).id, Request: r}})
 }
 
-// Start implements sdk.Stepper with a first ruled_step.
-func (s stepper) Start(ctx context.Context, _ sdk.Config, r sdk.Request) (sdk.Step, error) {
-	return s.step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: s.cfg.id, Request: r}})
-}
-
-// Resume implements sdk.Stepper with a ruled_step that carries the reply.
-func (s stepper) Resume(ctx context.Context, _ sdk.Config, r sdk.Request, step sdk.Step, reply sdk.Reply) (sdk.Step, error) {
-	return s.step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: s.cfg.id, Request: r},
+// Resume implements sdk.Steps with a ruled_step that carries the reply.
+func (s *stepper) Resume(ctx context.Context, c sdk.Config, r sdk.Request, step sdk.Step, reply sdk.Reply) (sdk.Step, error) {
+	return (*Plugin)(s).step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: c.(*config).id, Request: r},
 		Resume: true, Script: step.Script, State: step.State, Reply: reply})
 }
 
