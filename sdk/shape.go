@@ -63,9 +63,6 @@ func NewShape(names ...string) *Shape {
 // caller's.
 func (s *Shape) Names() []string { return append([]string(nil), s.names...) }
 
-// Len returns the number of elements the reply has.
-func (s *Shape) Len() int { return len(s.names) }
-
 // String lists the names in braces, as a Lua table would be written.
 func (s *Shape) String() string { return "{" + strings.Join(s.names, ", ") + "}" }
 
@@ -95,9 +92,6 @@ func (s *Shape) Check(r Reply) error {
 	}
 	return nil
 }
-
-// Has reports whether the shape names an element name.
-func (s *Shape) Has(name string) bool { return s.index(name) >= 0 }
 
 func (s *Shape) index(name string) int {
 	for i, n := range s.names {

@@ -72,7 +72,8 @@ const (
 	// StatusBadMessage: the request could not be decoded, or used a value
 	// type that is not allowed there.
 	StatusBadMessage Status = -2
-	// StatusNoDecision: redis_eval was called outside ruled_decide.
+	// StatusNoDecision: redis_eval was called outside ruled_decide (during
+	// ruled_step, say).
 	StatusNoDecision Status = -3
 	// StatusNoReply: take_reply was called with no reply waiting.
 	StatusNoReply Status = -4
