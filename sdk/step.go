@@ -99,6 +99,31 @@ func (s Step) Check() error {
 	return nil
 }
 
+// OneStep is embedded by a Stepper whose every decision is one step that
+// Decides (Run(...).ThenDecide): it supplies the Resume that is never
+// called.
+type OneStep struct{}
+
+// Resume implements Steps; a step that Decides is never resumed.
+func (OneStep) Resume(context.Context, Config, Request, Step, Reply) (Step, error) {
+	return Step{}, errors.New("sdk: a step that decides was resumed")
+}
+
+// StepDecide returns a Stepper's Decide: DecideSteps with the shapes of
+// s.Info() built once. A plugin writes
+//
+//	var decide = sdk.StepDecide(Plugin{})
+//
+//	func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+//		return decide(ctx, h, cfg, req)
+//	}
+func StepDecide(s Stepper) func(ctx context.Context, h Host, c Config, r Request) (Decision, error) {
+	shapes := ShapesOf(s.Info())
+	return func(ctx context.Context, h Host, c Config, r Request) (Decision, error) {
+		return DecideSteps(ctx, h, s, shapes, c, r)
+	}
+}
+
 // ShapeOf returns a script's declared reply shape, or nil when it declares
 // none; the host passes its own lookup to DecideSteps.
 type ShapeOf func(script string) *Shape

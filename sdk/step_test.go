@@ -112,3 +112,9 @@ func TestStepCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestOneStepRefusesToResume(t *testing.T) {
+	if _, err := (sdk.OneStep{}).Resume(context.Background(), nil, sdk.Request{}, sdk.Step{}, sdk.Reply{}); err == nil {
+		t.Fatal("OneStep resumed a step")
+	}
+}

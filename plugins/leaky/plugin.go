@@ -7,7 +7,6 @@ package leaky
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"time"
 
@@ -56,7 +55,9 @@ func (c Config) Window() time.Duration {
 }
 
 // Plugin is the leaky-bucket algorithm. The zero value is ready to use.
-type Plugin struct{}
+type Plugin struct {
+	sdk.OneStep // its one step decides: nothing to resume
+}
 
 // New returns the plugin.
 func New() sdk.Algorithm { return Plugin{} }
@@ -110,12 +111,12 @@ var decideKeys = []string{"bucket"}
 var decideReply = sdk.NewShape(sdk.FieldAllowed, sdk.FieldGranted, sdk.FieldLimit, sdk.FieldRemaining,
 	sdk.FieldReset, sdk.FieldRetryAfter, sdk.FieldDelay)
 
-// shapes are the declared reply shapes, for DecideSteps.
-var shapes = sdk.ShapesOf(Plugin{}.Info())
+// decide is Decide: the plugin's steps, run through the host.
+var decide = sdk.StepDecide(Plugin{})
 
 // Decide implements sdk.Algorithm. DedupID is ignored.
-func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
-	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return decide(ctx, h, cfg, req)
 }
 
 // Start implements sdk.Stepper: one script call, whose reply is the decision.
@@ -134,11 +135,6 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 	window := c.Window()
 	return sdk.Run("decide", decideKeys,
 		c.Capacity, c.PerUS(), c.Rate, shape, req.Hits, best, window.Microseconds()).ThenDecide(window), nil
-}
-
-// Resume implements sdk.Stepper; the one step decides, so it is never called.
-func (Plugin) Resume(context.Context, sdk.Config, sdk.Request, sdk.Step, sdk.Reply) (sdk.Step, error) {
-	return sdk.Step{}, errors.New("leaky: no step to resume")
 }
 
 // ceilDiv is ⌈a / b⌉ for a >= 0 and b >= 1.

@@ -6,7 +6,6 @@ package rolling
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"time"
 
@@ -46,7 +45,9 @@ type Config struct {
 func (c Config) BucketUS() int64 { return c.Window.Microseconds() / c.Buckets }
 
 // Plugin is the rolling-window algorithm. The zero value is ready to use.
-type Plugin struct{}
+type Plugin struct {
+	sdk.OneStep // its one step decides: nothing to resume
+}
 
 // New returns the plugin.
 func New() sdk.Algorithm { return Plugin{} }
@@ -90,12 +91,12 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 // decideKeys are the decide script's keys, shared by every call.
 var decideKeys = []string{"c", "d0", "d1"}
 
-// shapes are the declared reply shapes, for DecideSteps.
-var shapes = sdk.ShapesOf(Plugin{}.Info())
+// decide is Decide: the plugin's steps, run through the host.
+var decide = sdk.StepDecide(Plugin{})
 
 // Decide implements sdk.Algorithm.
-func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
-	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return decide(ctx, h, cfg, req)
 }
 
 // Start implements sdk.Stepper: one script call, whose reply is the decision.
@@ -110,11 +111,6 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 	}
 	return sdk.Run("decide", decideKeys,
 		c.Limit, c.Window.Microseconds(), c.BucketUS(), req.Hits, req.DedupID, best).ThenDecide(c.Window), nil
-}
-
-// Resume implements sdk.Stepper; the one step decides, so it is never called.
-func (Plugin) Resume(context.Context, sdk.Config, sdk.Request, sdk.Step, sdk.Reply) (sdk.Step, error) {
-	return sdk.Step{}, errors.New("rolling: no step to resume")
 }
 
 var _ sdk.Stepper = Plugin{}

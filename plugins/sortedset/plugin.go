@@ -140,12 +140,12 @@ var decideKeys = []string{"log", "meta"}
 var decideReply = sdk.NewShape(sdk.FieldAllowed, sdk.FieldGranted, sdk.FieldLimit, sdk.FieldRemaining,
 	sdk.FieldReset, sdk.FieldRetryAfter, sdk.FieldDelay, "rate")
 
-// shapes are the declared reply shapes, for DecideSteps.
-var shapes = sdk.ShapesOf(Plugin{}.Info())
+// decide is Decide: the plugin's steps, run through the host.
+var decide = sdk.StepDecide(Plugin{})
 
 // Decide implements sdk.Algorithm. DedupID is ignored.
-func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
-	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return decide(ctx, h, cfg, req)
 }
 
 // Start implements sdk.Stepper: one script call; Resume reads which rate the

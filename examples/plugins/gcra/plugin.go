@@ -44,7 +44,6 @@ package gcra
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"time"
 
@@ -95,7 +94,9 @@ func (c Config) Window() time.Duration {
 }
 
 // Plugin is the algorithm. The zero value is ready to use.
-type Plugin struct{}
+type Plugin struct {
+	sdk.OneStep // its one step decides: nothing to resume
+}
 
 // New returns the plugin.
 func New() sdk.Algorithm { return Plugin{} }
@@ -143,16 +144,16 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	return c, nil
 }
 
-// shapes are the declared reply shapes, for DecideSteps.
-var shapes = sdk.ShapesOf(Plugin{}.Info())
+// decide is Decide: the plugin's steps, run through the host.
+var decide = sdk.StepDecide(Plugin{})
 
 // decideKeys are the decide script's keys: the subject's theoretical
 // arrival time.
 var decideKeys = []string{"tat"}
 
 // Decide implements sdk.Algorithm by running its one step.
-func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
-	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return decide(ctx, h, cfg, req)
 }
 
 // Start implements sdk.Stepper: one script call on the subject's key "tat",
@@ -168,11 +169,6 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 		best = 1
 	}
 	return sdk.Run("decide", decideKeys, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best).ThenDecide(c.Window()), nil
-}
-
-// Resume implements sdk.Stepper; the one step decides, so it is never called.
-func (Plugin) Resume(context.Context, sdk.Config, sdk.Request, sdk.Step, sdk.Reply) (sdk.Step, error) {
-	return sdk.Step{}, errors.New("gcra: no step to resume")
 }
 
 // ceilDiv is a / b rounded up, for a >= 0 and b > 0.

@@ -9,7 +9,6 @@ package quota
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -41,7 +40,9 @@ type Config struct {
 }
 
 // Plugin is the algorithm.
-type Plugin struct{}
+type Plugin struct {
+	sdk.OneStep // its one step decides: nothing to resume
+}
 
 // New returns the plugin.
 func New() sdk.Algorithm { return Plugin{} }
@@ -67,12 +68,12 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	return c, nil
 }
 
-// shapes are the declared replies, for DecideSteps.
-var shapes = sdk.ShapesOf(Plugin{}.Info())
+// decide is Decide: the plugin's steps, run through the host.
+var decide = sdk.StepDecide(Plugin{})
 
 // Decide implements sdk.Algorithm by running the plugin's steps.
-func (p Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
-	return sdk.DecideSteps(ctx, h, p, shapes, cfg, req)
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Request) (sdk.Decision, error) {
+	return decide(ctx, h, cfg, req)
 }
 
 // Start implements sdk.Stepper: ruled runs the script, and its reply is the
@@ -83,9 +84,4 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 		return sdk.Step{}, fmt.Errorf("quota: config of type %T", cfg)
 	}
 	return sdk.Run("decide", []string{"n"}, c.Limit, c.Window.Microseconds(), req.Hits).ThenDecide(c.Window), nil
-}
-
-// Resume implements sdk.Stepper; the one step decides, so it is never called.
-func (Plugin) Resume(context.Context, sdk.Config, sdk.Request, sdk.Step, sdk.Reply) (sdk.Step, error) {
-	return sdk.Step{}, errors.New("quota: no step to resume")
 }
