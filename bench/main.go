@@ -734,13 +734,17 @@ func medianRound(rs []*result) *result {
 
 // roundRatios is, for every round in which both ran, num's rate over den's
 // rate in that round.
-func roundRatios(num, den []*result) []float64 {
+func roundRatios(num, den []*result) []float64 { return roundRatiosOf(num, den, (*result).rate) }
+
+// roundRatiosOf is, for every round in which both ran, f of num over f of
+// den in that round (rounds where f of den is not positive are left out).
+func roundRatiosOf(num, den []*result, f func(*result) float64) []float64 {
 	var out []float64
 	for i := range min(len(num), len(den)) {
-		if num[i] == nil || den[i] == nil || den[i].rate() <= 0 {
+		if num[i] == nil || den[i] == nil || f(den[i]) <= 0 {
 			continue
 		}
-		out = append(out, num[i].rate()/den[i].rate())
+		out = append(out, f(num[i])/f(den[i]))
 	}
 	return out
 }
