@@ -21,6 +21,7 @@ var ErrClosed = errors.New("wasm: plugin closed")
 type pool struct {
 	p     *Plugin
 	size  int
+	trims bool // it may hold more than Options.Prewarm instances: trim them
 	idle  chan *instance
 	slots chan struct{}
 
@@ -37,13 +38,17 @@ type pool struct {
 }
 
 func newPool(p *Plugin, size int) *pool {
-	pl := &pool{p: p, size: size, idle: make(chan *instance, size), slots: make(chan struct{}, size), closedCh: make(chan struct{})}
+	pl := &pool{p: p, size: size, trims: size > p.opts.Prewarm, idle: make(chan *instance, size), slots: make(chan struct{}, size),
+		closedCh: make(chan struct{})}
 	pl.lowIdle.Store(math.MaxInt64)
 	return pl
 }
 
 // took records that a call took an idle instance.
 func (pl *pool) took() {
+	if !pl.trims {
+		return
+	}
 	n := int64(len(pl.idle))
 	for low := pl.lowIdle.Load(); n < low && !pl.lowIdle.CompareAndSwap(low, n); {
 		low = pl.lowIdle.Load()
@@ -55,6 +60,9 @@ func (pl *pool) took() {
 // pool grows with demand (up to its size) and shrinks back when demand
 // goes.
 func (pl *pool) trimEvery(period time.Duration) {
+	if !pl.trims {
+		return // never more than Prewarm
+	}
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -97,7 +105,9 @@ func (pl *pool) tryGet() (*instance, error) {
 		pl.took()
 		return in, nil
 	default:
-		pl.lowIdle.Store(0) // a call found none idle
+		if pl.trims {
+			pl.lowIdle.Store(0) // a call found none idle
+		}
 		return nil, nil
 	}
 }
