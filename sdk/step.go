@@ -99,6 +99,24 @@ func (s Step) Check() error {
 	return nil
 }
 
+// NextStep is a plugin's next step of deciding r: st's Start when prev is
+// nil, else its Resume after prev's call answered reply; a step that is
+// not well formed (Step.Check) is an error. Both plugin-side runtimes
+// (sdk/guest, sdk/process) answer a host's step with it.
+func NextStep(ctx context.Context, st Steps, c Config, r Request, prev *Step, reply Reply) (Step, error) {
+	var s Step
+	var err error
+	if prev == nil {
+		s, err = st.Start(ctx, c, r)
+	} else {
+		s, err = st.Resume(ctx, c, r, *prev, reply)
+	}
+	if err == nil {
+		err = s.Check()
+	}
+	return s, err
+}
+
 // OneStep is embedded by a Stepper whose every decision is one step that
 // Decides (Run(...).ThenDecide): it supplies the Resume that is never
 // called.

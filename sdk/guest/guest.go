@@ -232,16 +232,11 @@ func (m *module) step(in []byte) ([]byte, error) {
 		resp.Error = fmt.Sprintf("guest: unknown config id %d", req.ConfigID)
 		return resp.Append(m.out[:0])
 	}
-	var s sdk.Step
-	var err error
+	var prev *sdk.Step
 	if req.Resume {
-		s, err = m.stepper.Resume(context.Background(), cfg, req.Request, sdk.Step{Script: req.Script, State: req.State}, req.Reply)
-	} else {
-		s, err = m.stepper.Start(context.Background(), cfg, req.Request)
+		prev = &sdk.Step{Script: req.Script, State: req.State}
 	}
-	if err == nil {
-		err = s.Check()
-	}
+	s, err := sdk.NextStep(context.Background(), m.stepper, cfg, req.Request, prev, req.Reply)
 	switch {
 	case err != nil:
 		resp.Error, resp.BadRequest = abi.DecideError(err)

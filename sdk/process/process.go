@@ -252,9 +252,6 @@ func (s *server) answerStep(ctx context.Context, req *abipb.StepRequest) (*abipb
 		return &abipb.StepResponse{Error: fmt.Sprintf("unknown config id %d", id)}, nil
 	}
 	step, err := s.step(ctx, st, cfg, r, prev, reply)
-	if err == nil {
-		err = step.Check()
-	}
 	var resp *abipb.StepResponse
 	if err == nil {
 		resp, err = pluginrpc.StepToPB(&step)
@@ -339,10 +336,7 @@ func (s *server) step(ctx context.Context, st sdk.Stepper, cfg sdk.Config, r sdk
 			step, err = sdk.Step{}, fmt.Errorf("plugin panicked: %v", v)
 		}
 	}()
-	if prev == nil {
-		return st.Start(ctx, cfg, r)
-	}
-	return st.Resume(ctx, cfg, r, *prev, reply)
+	return sdk.NextStep(ctx, st, cfg, r, prev, reply)
 }
 
 func (s *server) decide(ctx context.Context, h sdk.Host, cfg sdk.Config, r sdk.Request) (d sdk.Decision, err error) {
