@@ -20,7 +20,8 @@ type Shape struct {
 	// at holds the positions of the decision fields (decisionFields
 	// order), -1 where the shape has no such field.
 	at [len(decisionFields)]int
-	// decides: every decision field but the optional delay is named.
+	// decides: every decision field but the optional delay and window is
+	// named.
 	decides bool
 }
 
@@ -34,11 +35,18 @@ const (
 	FieldReset      = "reset_us"
 	FieldRetryAfter = "retry_after_us"
 	FieldDelay      = "delay_us"
+	// FieldWindow, where declared, is the decision's window, in place of
+	// the one the plugin passes (ThenDecide): for a plugin whose script
+	// picks among several windows.
+	FieldWindow = "window_us"
 )
 
-// decisionFields are the fields Shape.Decision reads, FieldDelay last (the
-// only optional one).
-var decisionFields = [...]string{FieldAllowed, FieldGranted, FieldLimit, FieldRemaining, FieldReset, FieldRetryAfter, FieldDelay}
+// decisionFields are the fields Shape.Decision reads, the optional ones
+// (FieldDelay, FieldWindow) last.
+var decisionFields = [...]string{FieldAllowed, FieldGranted, FieldLimit, FieldRemaining, FieldReset, FieldRetryAfter, FieldDelay, FieldWindow}
+
+// requiredFields is how many of decisionFields a decision needs.
+const requiredFields = len(decisionFields) - 2
 
 // DecisionShape is the reply of a script that returns a decision:
 //
@@ -52,7 +60,7 @@ func NewShape(names ...string) *Shape {
 	s := &Shape{names: append([]string(nil), names...), decides: true}
 	for i, f := range decisionFields {
 		s.at[i] = s.index(f)
-		if s.at[i] < 0 && f != FieldDelay {
+		if s.at[i] < 0 && i < requiredFields {
 			s.decides = false
 		}
 	}
@@ -120,17 +128,18 @@ func (s *Shape) Int(r Reply, name string) (int64, error) {
 }
 
 // Decides reports whether the shape holds a decision: it names allowed,
-// granted, limit, remaining, reset_us and retry_after_us (delay_us is
-// optional).
+// granted, limit, remaining, reset_us and retry_after_us (delay_us and
+// window_us are optional).
 func (s *Shape) Decides() bool { return s.decides }
 
 // Decision decodes r, which must have the shape, as a decision: the
 // elements named allowed (1 or 0), granted, limit, remaining, reset_us,
-// retry_after_us and, where declared, delay_us. Other elements are left to
-// the plugin. window is copied into Decision.Window.
+// retry_after_us and, where declared, delay_us and window_us (positive).
+// Other elements are left to the plugin. window is Decision.Window unless
+// the reply names one.
 func (s *Shape) Decision(r Reply, window time.Duration) (Decision, error) {
 	if !s.decides {
-		return Decision{}, fmt.Errorf("reply %s is not a decision: it needs %s", s, strings.Join(decisionFields[:len(decisionFields)-1], ", "))
+		return Decision{}, fmt.Errorf("reply %s is not a decision: it needs %s", s, strings.Join(decisionFields[:requiredFields], ", "))
 	}
 	if err := s.Check(r); err != nil {
 		return Decision{}, err
@@ -151,6 +160,12 @@ func (s *Shape) Decision(r Reply, window time.Duration) (Decision, error) {
 	}
 	if v[0] != 0 && v[0] != 1 {
 		return Decision{}, fmt.Errorf("reply element %q is %d, want 1 or 0", FieldAllowed, v[0])
+	}
+	if s.at[7] >= 0 {
+		if v[7] <= 0 {
+			return Decision{}, fmt.Errorf("reply element %q is %d, want a positive number of microseconds", FieldWindow, v[7])
+		}
+		window = time.Duration(v[7]) * time.Microsecond
 	}
 	return Decision{
 		Allowed:    v[0] == 1,

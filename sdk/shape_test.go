@@ -84,3 +84,21 @@ func TestShapeDecisionDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocations", n)
 	}
 }
+
+func TestAReplyMayNameItsWindow(t *testing.T) {
+	sh := sdk.NewShape(sdk.FieldAllowed, sdk.FieldGranted, sdk.FieldLimit, sdk.FieldRemaining, sdk.FieldReset,
+		sdk.FieldRetryAfter, sdk.FieldWindow)
+	if !sh.Decides() {
+		t.Fatal("a decision with a window does not decide")
+	}
+	d, err := sh.Decision(sdk.IntsReply(1, 1, 10, 9, 1500, 0, 60e6), time.Second)
+	if err != nil || d.Window != time.Minute {
+		t.Fatalf("window_us 60e6: %+v, %v; want the window a minute, not the second passed", d, err)
+	}
+	if _, err := sh.Decision(sdk.IntsReply(1, 1, 10, 9, 1500, 0, 0), time.Second); err == nil || !strings.Contains(err.Error(), sdk.FieldWindow) {
+		t.Fatalf("window_us 0: %v, want an error naming it", err)
+	}
+	if sdk.NewShape(sdk.FieldAllowed, sdk.FieldWindow).Decides() {
+		t.Fatal("a window alone decides")
+	}
+}

@@ -51,7 +51,9 @@ func (c Config) Rates() []Rate {
 }
 
 // Plugin is the rolling-log algorithm. The zero value is ready to use.
-type Plugin struct{}
+type Plugin struct {
+	sdk.OneStep // its one step decides: nothing to resume
+}
 
 // New returns the plugin.
 func New() sdk.Algorithm { return Plugin{} }
@@ -135,10 +137,10 @@ func unjoin(err error) []error {
 // decideKeys are the decide script's keys, shared by every call.
 var decideKeys = []string{"log", "meta"}
 
-// decideReply is the decide script's reply: a decision, and which of the
-// configured rates (0 the first) its limit, remaining and reset describe.
+// decideReply is the decide script's reply: a decision, whose window is
+// that of the configured rate its limit, remaining and reset describe.
 var decideReply = sdk.NewShape(sdk.FieldAllowed, sdk.FieldGranted, sdk.FieldLimit, sdk.FieldRemaining,
-	sdk.FieldReset, sdk.FieldRetryAfter, sdk.FieldDelay, "rate")
+	sdk.FieldReset, sdk.FieldRetryAfter, sdk.FieldDelay, sdk.FieldWindow)
 
 // decide is Decide: the plugin's steps, run through the host.
 var decide = sdk.StepDecide(Plugin{})
@@ -148,8 +150,8 @@ func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Re
 	return decide(ctx, h, cfg, req)
 }
 
-// Start implements sdk.Stepper: one script call; Resume reads which rate the
-// reply describes, for its window.
+// Start implements sdk.Stepper: one script call, whose reply is the decision
+// (with the window of the rate it describes).
 func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Step, error) {
 	c, ok := cfg.(Config)
 	if !ok {
@@ -169,29 +171,7 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 		best = 1
 	}
 	args = append(args, c.MinGap.Microseconds(), countDenied, req.Hits, best)
-	return sdk.Run("decide", decideKeys, args...), nil
-}
-
-// Resume implements sdk.Stepper: the reply of Start's call, with the window
-// of the rate it describes.
-func (Plugin) Resume(_ context.Context, cfg sdk.Config, _ sdk.Request, _ sdk.Step, reply sdk.Reply) (sdk.Step, error) {
-	c, ok := cfg.(Config)
-	if !ok {
-		return sdk.Step{}, fmt.Errorf("sortedset: config of type %T", cfg)
-	}
-	rates := c.Rates()
-	rate, err := decideReply.Int(reply, "rate")
-	if err != nil {
-		return sdk.Step{}, fmt.Errorf("sortedset: %w", err)
-	}
-	if rate < 0 || rate >= int64(len(rates)) {
-		return sdk.Step{}, fmt.Errorf("sortedset: reply names rate %d, %d configured", rate, len(rates))
-	}
-	d, err := decideReply.Decision(reply, rates[rate].Window)
-	if err != nil {
-		return sdk.Step{}, fmt.Errorf("sortedset: %w", err)
-	}
-	return sdk.Done(d), nil
+	return sdk.Run("decide", decideKeys, args...).ThenDecide(c.Window), nil
 }
 
 var _ sdk.Stepper = Plugin{}

@@ -6,7 +6,7 @@
 -- ARGV: nrates, then limit and window_us for each rate, min_gap_us,
 --       count_denied (0|1), hits, best_effort (0|1)
 -- Reply: {allowed, granted, limit, remaining, reset_us, retry_after_us,
---         delay_us (always 0), index of the rate that limit/remaining/reset describe}
+--         delay_us (always 0), window_us of the rate that limit/remaining/reset describe}
 --
 -- An entry at time s counts for a rate with window w at time now when
 -- s > now - w. Times are integer microseconds below 2^53, exact in Lua's
@@ -156,4 +156,4 @@ end
 
 local a = 0
 if allowed then a = 1 end
-return {a, granted, limits[idx], rem, reset, retry, 0, idx - 1}
+return {a, granted, limits[idx], rem, reset, retry, 0, windows[idx]}

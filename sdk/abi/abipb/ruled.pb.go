@@ -1399,7 +1399,8 @@ type StepResponse struct {
 	Call       *EvalRequest           `protobuf:"bytes,4,opt,name=call,proto3" json:"call,omitempty"`
 	// decides makes the call's reply the decision: the host decodes it by the
 	// script's declared returns (allowed, granted, limit, remaining, reset_us,
-	// retry_after_us and optionally delay_us), with window_us as its window.
+	// retry_after_us and optionally delay_us), with window_us as its window
+	// unless the reply names its own window_us.
 	Decides  bool  `protobuf:"varint,5,opt,name=decides,proto3" json:"decides,omitempty"`
 	WindowUs int64 `protobuf:"zigzag64,6,opt,name=window_us,json=windowUs,proto3" json:"window_us,omitempty"`
 	// state is carried to the next StepRequest unchanged (at most 4096 bytes).
