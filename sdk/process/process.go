@@ -125,9 +125,10 @@ type dialer func(id uint32) (*grpc.ClientConn, error)
 // server implements the Plugin service over one algorithm.
 type server struct {
 	pluginpb.UnimplementedPluginServer
-	alg  sdk.Algorithm
-	dial dialer
-	log  hclog.Logger
+	alg     sdk.Algorithm
+	stepper sdk.Stepper // alg, when it decides in steps
+	dial    dialer
+	log     hclog.Logger
 
 	mu      sync.RWMutex
 	configs map[uint64]sdk.Config
@@ -140,6 +141,7 @@ type server struct {
 
 func newServer(alg sdk.Algorithm, broker *plugin.GRPCBroker, log hclog.Logger) *server {
 	s := &server{alg: alg, log: log, configs: map[uint64]sdk.Config{}}
+	s.stepper, _ = alg.(sdk.Stepper)
 	if broker != nil {
 		s.dial = func(id uint32) (*grpc.ClientConn, error) {
 			return broker.DialWithOptions(id, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(pluginrpc.MaxMessage)))
@@ -172,7 +174,7 @@ func (s *server) Init(_ context.Context, req *pluginpb.InitRequest) (*abipb.Info
 	}
 	info := s.alg.Info()
 	pb := pluginrpc.InfoToPB(&info)
-	_, pb.Steps = s.alg.(sdk.Stepper)
+	pb.Steps = s.stepper != nil
 	if fd := req.GetStepsFd(); fd != 0 && pb.Steps {
 		if err := s.openSteps(fd); err != nil {
 			return nil, err
@@ -237,8 +239,7 @@ func (s *server) Decide(ctx context.Context, req *pluginpb.DecideRequest) (*abip
 // (sdk.Stepper). As with Decide, a failure to decide is an answer with an
 // error; an error return means ruled sent what it should not have.
 func (s *server) answerStep(ctx context.Context, req *abipb.StepRequest) (*abipb.StepResponse, error) {
-	st, ok := s.alg.(sdk.Stepper)
-	if !ok {
+	if s.stepper == nil {
 		return nil, fmt.Errorf("process: %T does not decide in steps (Info did not declare steps)", s.alg)
 	}
 	id, r, prev, reply, err := pluginrpc.StepRequestFromPB(req)
@@ -251,14 +252,14 @@ func (s *server) answerStep(ctx context.Context, req *abipb.StepRequest) (*abipb
 	if !ok {
 		return &abipb.StepResponse{Error: fmt.Sprintf("unknown config id %d", id)}, nil
 	}
-	step, err := s.step(ctx, st, cfg, r, prev, reply)
+	step, err := s.step(ctx, cfg, r, prev, reply)
 	var resp *abipb.StepResponse
 	if err == nil {
 		resp, err = pluginrpc.StepToPB(&step)
 	}
 	if err != nil {
-		e := pluginrpc.DecideErrorToPB(err)
-		return &abipb.StepResponse{Error: e.GetError(), BadRequest: e.GetBadRequest()}, nil
+		msg, bad := abi.DecideError(err)
+		return &abipb.StepResponse{Error: msg, BadRequest: bad}, nil
 	}
 	return resp, nil
 }
@@ -329,14 +330,14 @@ func (s *server) openSteps(fd uint32) error {
 	return err
 }
 
-func (s *server) step(ctx context.Context, st sdk.Stepper, cfg sdk.Config, r sdk.Request, prev *sdk.Step, reply sdk.Reply) (step sdk.Step, err error) {
+func (s *server) step(ctx context.Context, cfg sdk.Config, r sdk.Request, prev *sdk.Step, reply sdk.Reply) (step sdk.Step, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			s.log.Error("Step panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			step, err = sdk.Step{}, fmt.Errorf("plugin panicked: %v", v)
 		}
 	}()
-	return sdk.NextStep(ctx, st, cfg, r, prev, reply)
+	return sdk.NextStep(ctx, s.stepper, cfg, r, prev, reply)
 }
 
 func (s *server) decide(ctx context.Context, h sdk.Host, cfg sdk.Config, r sdk.Request) (d sdk.Decision, err error) {
