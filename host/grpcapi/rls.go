@@ -229,7 +229,8 @@ func descriptorHits(req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescript
 }
 
 // descriptorStatus reports one check's decision and its most restrictive
-// rule.
+// rule: what is left of its quota and when it resets or, on a denial, none
+// left until its retry-after.
 func descriptorStatus(res *host.Result) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if !res.Allowed {
@@ -240,12 +241,15 @@ func descriptorStatus(res *host.Result) *rlsv3.RateLimitResponse_DescriptorStatu
 		return st
 	}
 	st.CurrentLimit = RateLimitOf(p.Rule, p.Limit, p.Window)
-	st.LimitRemaining = clampUint32(p.Remaining)
-	reset := p.Reset
-	if !p.Allowed {
-		reset = max(reset, p.RetryAfter)
+	if p.Allowed {
+		st.LimitRemaining = clampUint32(p.Remaining)
+		st.DurationUntilReset = durationpb.New(p.Reset)
+		return st
 	}
-	st.DurationUntilReset = durationpb.New(reset)
+	// A denial has no quota left whatever the plugin counts (a sortedset
+	// min_gap denies with its rates' quota unspent), and its window ends
+	// when a retry may pass: the same numbers as the RateLimit header.
+	st.DurationUntilReset = durationpb.New(p.RetryAfter)
 	return st
 }
 

@@ -56,6 +56,12 @@ func newFixture(t *testing.T) *fixture { return newFixtureTimeout(t, 2*time.Seco
 
 // newFixtureTimeout is newFixture with a Redis call time-out of timeout.
 func newFixtureTimeout(t *testing.T, timeout time.Duration) *fixture {
+	return newFixtureOf(t, timeout, testRules)
+}
+
+// newFixtureOf is newFixture with a Redis call time-out of timeout and
+// rules of its own.
+func newFixtureOf(t *testing.T, timeout time.Duration, rules string) *fixture {
 	t.Helper()
 	rs := redistest.Start(t)
 	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
@@ -65,7 +71,7 @@ func newFixtureTimeout(t *testing.T, timeout time.Duration) *fixture {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(testRules), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Load(path); err != nil {
@@ -171,6 +177,33 @@ func TestOKThenOverLimit(t *testing.T) {
 	}
 }
 
+// TestDenialReportsNoQuotaLeft: a min_gap denial leaves the rates' quota
+// unspent, yet the status and the headers say none is left until the
+// retry-after, as the HTTP API does.
+func TestDenialReportsNoQuotaLeft(t *testing.T) {
+	f := newFixtureOf(t, 2*time.Second, `rules:
+  - name: login-gap
+    subject: request.ip
+    plugin: sortedset
+    config: {limit: 5, window: 1m, min_gap: 10s}
+`)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommonv3.RateLimitDescriptor{descriptor("remote_address", "192.0.2.8")}}
+	if resp := f.ask(t, req); resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("first call: %v", resp)
+	}
+	resp := f.ask(t, req)
+	st := resp.Statuses[0]
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.LimitRemaining != 0 {
+		t.Fatalf("within min_gap: %v", resp)
+	}
+	if d := st.DurationUntilReset.AsDuration(); d <= 9*time.Second || d > 10*time.Second {
+		t.Fatalf("duration until reset %s, want the min_gap's retry-after (9s..10s)", d)
+	}
+	if rl, ra := header(resp, "ratelimit"), header(resp, "retry-after"); rl != `"login-gap";r=0;t=10` || ra != "10" {
+		t.Fatalf("ratelimit %q, retry-after %q", rl, ra)
+	}
+}
+
 func TestSeveralDescriptorsInOneCall(t *testing.T) {
 	f := newFixture(t)
 	ask := func(ds ...*rlcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
@@ -187,8 +220,8 @@ func TestSeveralDescriptorsInOneCall(t *testing.T) {
 	if cl := resp.Statuses[1].CurrentLimit; cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND || cl.GetUnitMultiplier().GetValue() != 10 {
 		t.Fatalf("per-ip limit %v", cl)
 	}
-	// The most restrictive rule is reported in the headers: per-ip, 1 left.
-	if got := header(resp, "ratelimit"); !strings.HasPrefix(got, `"per-ip";r=1;t=`) {
+	// Every rule is reported in the headers, in descriptor order.
+	if got := header(resp, "ratelimit"); !strings.HasPrefix(got, `"per-user";r=2;t=`) || !strings.Contains(got, `, "per-ip";r=1;t=`) {
 		t.Fatalf("ratelimit header %q", got)
 	}
 	ask(ip) // per-ip now exhausted

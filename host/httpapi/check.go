@@ -210,52 +210,91 @@ const (
 	headerRetryAfter      = "Retry-After"
 )
 
-// SetRateLimitHeaders sets RateLimit-Policy and RateLimit
-// (draft-ietf-httpapi-ratelimit-headers, structured fields) for the most
-// restrictive rule, and Retry-After on a denial. The gRPC API uses it too,
-// so that every interface reports limits the same way.
+// SetRateLimitHeaders sets the RateLimit-Policy and RateLimit fields of
+// draft-ietf-httpapi-ratelimit-headers-11 and, on a denial, Retry-After.
+// The gRPC API uses it too, so that every interface reports limits the
+// same way.
 //
-// It runs on every check, so it builds the values in one buffer and sets
-// the canonical names directly: the headers share one string and one slice,
-// two allocations where Header.Set and string concatenation took seven.
+//   - RateLimit-Policy lists every enforcing rule that reports a limit, in
+//     rule order: "rule";q=LIMIT, with ;w=WINDOW in whole seconds when the
+//     rule has a window.
+//   - RateLimit lists those rules' service limits: "rule";r=REMAINING;t=RESET
+//     when the request is allowed. When it is denied, it lists only the
+//     rules that denied it, with r=0 and t their retry-after, so that no
+//     item promises quota that a retry would not find.
+//   - Retry-After, on a denial, is the longest retry-after in whole
+//     seconds, at least 1: never earlier than the end of any effective
+//     window RateLimit reports (the draft's §6).
+//
+// It runs on every check, so it builds the three values in one buffer and
+// sets the canonical names directly: two allocations where Header.Set and
+// string concatenation took seven for one rule.
 func SetRateLimitHeaders(h http.Header, res *host.Result) {
-	var buf [128]byte
+	var buf [256]byte
 	b := buf[:0]
-	n, policyEnd, rateLimitEnd := 0, 0, 0
-	if p, ok := res.Policy(); ok {
-		b = strconv.AppendQuote(b, p.Rule) // rule names are [a-z0-9_-]: a valid sf-string
-		nameEnd := len(b)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, p.Limit, 10)
-		if p.Window > 0 {
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, max(ceilSeconds(p.Window), 1), 10)
+	retryAfter := max(ceilSeconds(res.RetryAfter), 1)
+	for i := range res.Results {
+		rr := &res.Results[i]
+		if !reportsLimit(rr) {
+			continue
 		}
-		policyEnd = len(b)
-		b = append(b, b[:nameEnd]...)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, max(p.Remaining, 0), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, ceilSeconds(p.Reset), 10)
-		rateLimitEnd = len(b)
-		n += 2
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, rr.Rule) // rule names are [a-z0-9_-]: a valid sf-string
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, rr.Limit, 10)
+		if rr.Window > 0 {
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, max(ceilSeconds(rr.Window), 1), 10)
+		}
 	}
-	if !res.Allowed {
-		b = strconv.AppendInt(b, max(ceilSeconds(res.RetryAfter), 1), 10)
-		n++
-	}
-	if n == 0 {
+	if len(b) == 0 && res.Allowed {
 		return
 	}
+	policyEnd := len(b)
+	for i := range res.Results {
+		rr := &res.Results[i]
+		if !reportsLimit(rr) || (!res.Allowed && rr.Allowed) {
+			continue
+		}
+		if len(b) > policyEnd {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, rr.Rule)
+		if rr.Allowed {
+			b = append(b, ";r="...)
+			b = strconv.AppendInt(b, max(rr.Remaining, 0), 10)
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, ceilSeconds(rr.Reset), 10)
+			continue
+		}
+		t := max(ceilSeconds(rr.RetryAfter), 1)
+		retryAfter = max(retryAfter, t)
+		b = append(b, ";r=0;t="...)
+		b = strconv.AppendInt(b, t, 10)
+	}
+	rateLimitEnd := len(b)
+	if !res.Allowed {
+		b = strconv.AppendInt(b, retryAfter, 10)
+	}
 	s := string(b)
-	vals := make([]string, n)
+	// One backing array for the three values; each header gets a slice
+	// capped at its own element, so that an append to one cannot reach
+	// the next.
+	vals := [...]string{s[:policyEnd], s[policyEnd:rateLimitEnd], s[rateLimitEnd:]}
+	all := vals[:]
 	if policyEnd > 0 {
-		vals[0], vals[1] = s[:policyEnd], s[policyEnd:rateLimitEnd]
-		h[headerRateLimitPolicy] = vals[0:1:1]
-		h[headerRateLimit] = vals[1:2:2]
+		h[headerRateLimitPolicy] = all[0:1:1]
+	}
+	if rateLimitEnd > policyEnd {
+		h[headerRateLimit] = all[1:2:2]
 	}
 	if !res.Allowed {
-		vals[n-1] = s[rateLimitEnd:]
-		h[headerRetryAfter] = vals[n-1 : n : n]
+		h[headerRetryAfter] = all[2:3:3]
 	}
 }
+
+// reportsLimit reports whether a rule's result appears in the RateLimit
+// fields: an enforcing rule (not shadow) whose plugin reported a limit.
+func reportsLimit(rr *host.RuleResult) bool { return !rr.Shadow && rr.Limit > 0 }

@@ -111,8 +111,8 @@ func TestDeniedAnswerAndHeaders(t *testing.T) {
 	}
 	for h, want := range map[string]string{
 		"Retry-After":      "2",
-		"RateLimit-Policy": `"login-per-ip";q=5;w=10`,
-		"RateLimit":        `"login-per-ip";r=0;t=2`,
+		"RateLimit-Policy": `"per-user";q=100;w=60, "login-per-ip";q=5;w=10`,
+		"RateLimit":        `"login-per-ip";r=0;t=2`, // a denial reports the denying rules only
 	} {
 		if got := w.Header().Get(h); got != want {
 			t.Errorf("%s: %q, want %q", h, got, want)
