@@ -22,7 +22,7 @@ run: build
 	@./scripts/deps.sh run
 	./bin/ruled serve --rules $(RULES) --listen $(LISTEN)
 
-## test: install redis-server, nginx and chromium if missing, then vet, format check and the race-enabled tests of every module
+## test: install redis-server, nginx, caddy and chromium if missing, then vet, format check and the race-enabled tests of every module
 test:
 	@./scripts/deps.sh test
 	@for m in $(MODULES); do echo "(cd $$m && $(GO) vet ./...)"; (cd $$m && $(GO) vet ./...) || exit 1; done

@@ -2,11 +2,11 @@
 # Installs what ruled needs on a Debian or Ubuntu machine. Idempotent.
 #
 #   scripts/deps.sh run     redis-server (the managed store)
-#   scripts/deps.sh test    also nginx (the end-to-end test of
-#                           examples/proxies/nginx), chromium (the
-#                           headless test of the status page, host/ui), and
-#                           node and npm (they build the AssemblyScript
-#                           plugin of examples/plugins/assemblyscript)
+#   scripts/deps.sh test    also nginx and caddy (the end-to-end tests of
+#                           examples/proxies/nginx and examples/proxies/caddy),
+#                           chromium (the headless test of the status page,
+#                           host/ui), and node and npm (they build the
+#                           AssemblyScript plugin of examples/plugins/assemblyscript)
 #   scripts/deps.sh bench   redis-server and wrk (the load harness)
 set -euo pipefail
 mode=${1:-test}
@@ -16,6 +16,7 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 if [ "$mode" = test ]; then
   # Debian puts nginx in /usr/sbin, which is not on every user's PATH.
   command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+  command -v caddy >/dev/null 2>&1 || need+=(caddy)
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
   command -v node >/dev/null 2>&1 || need+=(nodejs)
   command -v npm >/dev/null 2>&1 || need+=(npm)
@@ -31,7 +32,7 @@ if [ "$mode" = test ] && command -v node >/dev/null 2>&1; then
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "ruled needs ${need[*]}: install them with your package manager (macOS: brew install redis nginx node; brew install --cask chromium)" >&2
+  echo "ruled needs ${need[*]}: install them with your package manager (macOS: brew install redis nginx caddy node; brew install --cask chromium)" >&2
   exit 1
 fi
 sudo=""
@@ -39,10 +40,11 @@ sudo=""
 echo "installing ${need[*]} from the distribution's packages" >&2
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-# The packages start a system-wide redis on :6379 and nginx on :80; ruled
-# and its tests need neither (the tests start their own on loopback ports).
+# The packages start a system-wide redis on :6379 and nginx and caddy on :80;
+# ruled and its tests need none of them (the tests start their own on loopback
+# ports).
 if command -v systemctl >/dev/null 2>&1; then
-  for unit in redis-server nginx; do
+  for unit in redis-server nginx caddy; do
     [[ " ${need[*]} " == *" ${unit} "* ]] && { $sudo systemctl disable --now "$unit" >/dev/null 2>&1 || true; }
   done
 fi

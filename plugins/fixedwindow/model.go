@@ -49,7 +49,7 @@ func (m *Model) Decide(nowUS int64, r sdk.Request) sdk.Decision {
 		}
 		refund = min(refund, st.count)
 		st.count -= refund
-		d.Allowed, d.Granted, d.Remaining = true, -refund, limit-st.count
+		d.Allowed, d.Granted, d.Remaining = true, -refund, max(limit-st.count, 0)
 	default:
 		if g, ok := st.dedup[r.DedupID]; ok && r.DedupID != "" {
 			d.Allowed, d.Granted, d.Remaining = true, g, max(limit-st.count, 0)

@@ -24,6 +24,10 @@ type Config struct {
 	Offset time.Duration // shift of window boundaries, 0 <= offset < window
 }
 
+// MaxExact bounds limit: Lua numbers, and so the script's counts, are
+// exact integers below 2^53.
+const MaxExact = 1 << 53
+
 // Plugin is the fixed-window algorithm. The zero value is ready to use.
 type Plugin struct {
 	sdk.OneStep // its one step decides: nothing to resume
@@ -56,6 +60,7 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 		return nil, err
 	}
 	r.Check(c.Limit >= 1, "limit", "must be at least 1, got %d", c.Limit)
+	r.Check(c.Limit < MaxExact, "limit", "must be below 2^53, got %d", c.Limit)
 	r.Check(c.Window >= time.Millisecond, "window", "must be at least 1ms, got %s", c.Window)
 	r.Check(c.Window%time.Microsecond == 0, "window", "must be a whole number of microseconds")
 	r.Check(c.Offset >= 0 && c.Offset < c.Window, "offset", "must be at least 0 and less than window (%s), got %s", c.Window, c.Offset)

@@ -67,7 +67,7 @@ if hits < 0 then
     count = count - refund
     store()
   end
-  return {1, -refund, limit, limit - count, reset, 0}
+  return {1, -refund, limit, math.max(limit - count, 0), reset, 0}
 end
 
 local g = recorded()

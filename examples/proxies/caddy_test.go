@@ -1,0 +1,242 @@
+package proxies_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/httpapi"
+	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+)
+
+// The addresses caddy/Caddyfile names, replaced by the test's own.
+const (
+	caddyConfSite  = "127.0.0.1:8000"
+	caddyConfRuled = "127.0.0.1:8080"
+	caddyConfApp   = "127.0.0.1:9000"
+)
+
+// findCaddy looks on PATH (Debian's caddy package installs /usr/bin/caddy).
+// A missing caddy fails the test, as a missing nginx does.
+func findCaddy(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("caddy"); err == nil {
+		return p
+	}
+	t.Fatal("caddy is not installed: run scripts/deps.sh (it installs Debian's caddy package), or apt-get install caddy")
+	return ""
+}
+
+// startCaddy runs examples/proxies/caddy/Caddyfile with the test's
+// addresses and nothing else changed. The Caddyfile itself turns the admin
+// endpoint and automatic HTTPS off; HOME and the XDG directories point into
+// a temporary directory, so Caddy's storage and autosaved config stay there.
+func startCaddy(t *testing.T, bin, ruled, app string) string {
+	t.Helper()
+	conf, err := os.ReadFile("caddy/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(conf)
+	for _, want := range []string{caddyConfSite, caddyConfRuled, caddyConfApp, "admin off", "auto_https off"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("Caddyfile no longer contains %q", want)
+		}
+	}
+	listen := freeAddr(t)
+	text = strings.NewReplacer(caddyConfSite, listen, caddyConfRuled, ruled, caddyConfApp, app).Replace(text)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "run", "--adapter", "caddyfile", "--config", path)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"HOME="+dir,
+		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"),
+		"XDG_DATA_HOME="+filepath.Join(dir, "data"),
+		"XDG_CACHE_HOME="+filepath.Join(dir, "cache"),
+	)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting caddy: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("caddy output:\n%s", out.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("caddy exited: %v\n%s", err, out.String())
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond); err == nil {
+			c.Close()
+			return "http://" + listen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy not listening on %s after 10s\n%s", listen, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCaddyForwardAuth: Caddy with caddy/Caddyfile in front of an
+// application, limited by a real ruled (its HTTP API on a real Redis).
+// Allowed requests reach the application (forward_auth does not put the
+// RateLimit headers on them); the one over the limit gets ruled's 429 with
+// Retry-After, RateLimit and RateLimit-Policy and ruled's body through Caddy;
+// a fail-closed 503 passes too; with ruled down Caddy answers 502.
+func TestCaddyForwardAuth(t *testing.T) {
+	bin := findCaddy(t)
+	rs := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rc.Close() })
+	e, err := host.NewEngine(host.Options{Capability: capability.New(rc, capability.Options{Timeout: 500 * time.Millisecond}), Plugins: builtin.All()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same rules as the nginx test: they tell the method and path
+	// apart, so they show that X-Forwarded-Method and -Uri reach ruled.
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(nginxRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Load(rulesPath); err != nil {
+		t.Fatal(err)
+	}
+	var checks atomic.Int64
+	api := httpapi.New(httpapi.Options{Checker: e})
+	ruled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		checks.Add(1)
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ruled.Close)
+
+	var reached atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		fmt.Fprintf(w, "app: %s %s\n", r.Method, r.URL.RequestURI())
+	}))
+	t.Cleanup(app.Close)
+
+	base := startCaddy(t, bin, strings.TrimPrefix(ruled.URL, "http://"), strings.TrimPrefix(app.URL, "http://"))
+	hc := &http.Client{Timeout: 5 * time.Second}
+	do := func(method, path string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(context.Background(), method, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	expect := func(resp *http.Response, body string, status int, hdr map[string]string) {
+		t.Helper()
+		if resp.StatusCode != status {
+			t.Fatalf("%s %s: status %d, want %d; body %q; headers %v", resp.Request.Method, resp.Request.URL.Path, resp.StatusCode, status, body, resp.Header)
+		}
+		// want: "*" present, "" absent, anything else a prefix.
+		for k, want := range hdr {
+			got := resp.Header.Get(k)
+			ok := (want == "*" && got != "") || (want == "" && got == "") ||
+				(want != "*" && want != "" && strings.HasPrefix(got, want))
+			if !ok {
+				t.Fatalf("%s %s: header %s %q, want %q; headers %v", resp.Request.Method, resp.Request.URL.Path, k, got, want, resp.Header)
+			}
+		}
+	}
+	noLimitHeaders := map[string]string{"RateLimit": "", "RateLimit-Policy": "", "Retry-After": ""}
+
+	// The method and path reach ruled from X-Forwarded-Method and -Uri:
+	// one POST /login a minute. The application gets the client's own
+	// request, query included, without ruled's headers.
+	resp, body := do("POST", "/login?next=/home")
+	expect(resp, body, 200, noLimitHeaders)
+	if body != "app: POST /login?next=/home\n" {
+		t.Fatalf("the application answered %q", body)
+	}
+	resp, body = do("POST", "/login")
+	expect(resp, body, 429, map[string]string{"Retry-After": "*", "RateLimit-Policy": `"login";q=1;w=60`, "RateLimit": `"login";r=0;`})
+	if body != "too many requests\n" {
+		t.Fatalf("429 body %q", body)
+	}
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("Retry-After %q, want 1 to 60 seconds", resp.Header.Get("Retry-After"))
+	}
+	// No rule matches GET /login: allowed.
+	resp, body = do("GET", "/login")
+	expect(resp, body, 200, noLimitHeaders)
+	if body != "app: GET /login\n" {
+		t.Fatalf("the application answered %q", body)
+	}
+
+	// Three requests a minute for the rest.
+	for i := 1; i <= 3; i++ {
+		resp, body = do("GET", "/api/items")
+		expect(resp, body, 200, noLimitHeaders)
+	}
+	resp, body = do("GET", "/api/items")
+	expect(resp, body, 429, map[string]string{"Retry-After": "*", "RateLimit-Policy": `"per-ip";q=3;w=60`, "RateLimit": `"per-ip";r=0;`})
+	if n := reached.Load(); n != 5 {
+		t.Fatalf("the application saw %d requests, want 5", n)
+	}
+	// Every request was checked, the denied ones too.
+	if n := checks.Load(); n != 7 {
+		t.Fatalf("ruled saw %d checks, want 7", n)
+	}
+
+	// Redis gone: the on_error: deny rule fails closed, and Caddy passes
+	// ruled's 503 on.
+	rs.Kill()
+	resp, body = do("GET", "/guarded")
+	expect(resp, body, 503, map[string]string{"Retry-After": "*"})
+	if body != "rate limiter unavailable\n" {
+		t.Fatalf("503 body %q", body)
+	}
+	// ruled gone: forward_auth fails closed with 502.
+	ruled.Close()
+	resp, body = do("GET", "/api/items")
+	expect(resp, body, 502, noLimitHeaders)
+	if n := reached.Load(); n != 5 {
+		t.Fatalf("the application saw %d requests, want 5", n)
+	}
+}
