@@ -29,12 +29,15 @@ const authPrefix = "/v1/auth/"
 func (s *Server) handleAuth(w http.ResponseWriter, r *http.Request) {
 	req := s.authRequest(r)
 	res := s.check.Check(r.Context(), req)
-	SetRateLimitHeaders(w.Header(), &res)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	switch {
-	case res.BadRequest != nil:
+	if res.BadRequest != nil {
+		// Refused as bad input, as /v1/check's 400: no limit to report.
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = w.Write([]byte(res.BadRequest.Error() + "\n"))
+		return
+	}
+	SetRateLimitHeaders(w.Header(), &res)
+	switch {
 	case res.FailClosed:
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte("rate limiter unavailable\n"))

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -131,6 +132,24 @@ func TestDeniedAnswerAndHeaders(t *testing.T) {
 		"retry_after_ms": float64(1200), "delay_ms": float64(0), "shadow": false, "degraded": ""} {
 		if r1[k] != want {
 			t.Errorf("results[1].%s = %v, want %v", k, r1[k], want)
+		}
+	}
+}
+
+// TestAuthBadRequestReportsNoLimit: a forward-auth call a plugin refused as
+// bad input is a 400 with the reason and, as /v1/check's, no RateLimit
+// fields or Retry-After: nothing was limited.
+func TestAuthBadRequestReportsNoLimit(t *testing.T) {
+	rec := &recorder{answer: host.Result{BadRequest: errors.New("hits: want at most 5"), RetryAfter: time.Second,
+		Results: []host.RuleResult{{Rule: "r", Err: errors.New("hits: want at most 5"), Decision: sdk.Decision{Limit: 5}}}}}
+	w := httptest.NewRecorder()
+	New(Options{Checker: rec}).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/auth", nil))
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "hits: want at most 5") {
+		t.Fatalf("status %d, body %q", w.Code, w.Body.String())
+	}
+	for _, h := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
+		if v := w.Header().Values(h); len(v) != 0 {
+			t.Errorf("%s: %q on a bad request", h, v)
 		}
 	}
 }

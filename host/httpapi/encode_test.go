@@ -41,4 +41,3 @@ func FuzzAppendString(f *testing.F) {
 		}
 	})
 }
-
