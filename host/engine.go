@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -271,6 +272,10 @@ func (g *generation) Lookup(name string) (sdk.Algorithm, bool) {
 	return p.alg, true
 }
 
+// Names implements rules.NameLister: the generation's plugin names, for
+// "did you mean" suggestions.
+func (g *generation) Names() []string { return slices.Collect(maps.Keys(g.plugins)) }
+
 // PluginLoader loads a third-party plugin that rule files declare under
 // plugins: (a Wasm module or a process). The algorithm may implement
 // Close(context.Context) error, called once no serving rule uses it.
@@ -447,8 +452,25 @@ func (e *Engine) thirdParty(decl rules.PluginDecl) (*plugin, error) {
 	}
 	p := &plugin{alg: alg, reg: reg, key: key}
 	e.loaded[key] = p
-	e.log.Info("plugin started", "plugin", decl.Name, "wasm", decl.Wasm, "process", decl.Process, "version", alg.Info().Version)
+	e.log.Info("plugin started", startedAttrs(decl, alg.Info().Version)...)
 	return p, nil
+}
+
+// startedAttrs are the attributes of a "plugin started" line: the plugin's
+// name, its file (wasm or process, whichever it has) and its version when
+// it says one. Attributes that do not apply are left out, not logged empty.
+func startedAttrs(decl rules.PluginDecl, version string) []any {
+	attrs := []any{"plugin", decl.Name}
+	if decl.Wasm != "" {
+		attrs = append(attrs, "wasm", decl.Wasm)
+	}
+	if decl.Process != "" {
+		attrs = append(attrs, "process", decl.Process)
+	}
+	if version != "" {
+		attrs = append(attrs, "version", version)
+	}
+	return attrs
 }
 
 // release closes the third-party plugins of from that keep is not using.

@@ -1,10 +1,15 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,8 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/rules"
 )
 
 // ruleSet returns a valid rule file whose two rules are named after v.
@@ -323,5 +333,90 @@ func TestWatchReloadsWithinASecondDespiteOtherWrites(t *testing.T) {
 	// wait until the writes stop (never, here) and fail at 5 s.
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("reloaded %v after the change, want about 1s at most", took)
+	}
+}
+
+// TestFailedReloadLogsEachError reloads a file with two errors: each is a
+// log line of its own with its position and code as attributes, and one
+// last line says the previous rules keep serving.
+func TestFailedReloadLogsEachError(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	var buf bytes.Buffer
+	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: time.Second}),
+		Plugins: builtin.All(), Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	replace(t, path, ruleSet("v1"))
+	if _, err := e.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	replace(t, path, strings.Replace(invalidSet, "window: 1h}\n  - name: bad-two", "window: 1x}\n  - name: bad-two", 1))
+	if _, err := e.ReloadFrom("test"); err == nil {
+		t.Fatal("the invalid rules reloaded")
+	}
+	var got []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		delete(m, "time")
+		if m["level"] == "ERROR" {
+			got = append(got, m)
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d error lines, want 3:\n%s", len(got), buf.String())
+	}
+	for i, w := range []struct {
+		line, col float64
+		rule      string
+	}{{5, 38, "bad-one"}, {7, 22, "bad-two"}} {
+		g := got[i]
+		if g["msg"] != "rules reload error" || g["trigger"] != "test" || g["file"] != path || g["line"] != w.line || g["col"] != w.col ||
+			g["rule"] != w.rule || g["code"] == "" || g["err"] == "" || strings.Contains(fmt.Sprint(g["err"]), "\n") {
+			t.Errorf("error line %d: %v, want %s at line %v col %v with a code and a one-line err", i, g, w.rule, w.line, w.col)
+		}
+	}
+	if s := got[2]; s["msg"] != "rules reload failed; the previous rules keep serving" || s["errors"] != 2.0 || s["trigger"] != "test" {
+		t.Errorf("summary line %v", s)
+	}
+}
+
+// TestLogRuleErrors logs a list error one line per error, leaving out the
+// position parts and rule it does not know, and any other error as one.
+func TestLogRuleErrors(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	list := rules.ErrorList{
+		{Pos: rules.Position{File: "r.yaml", Line: 3}, Code: rules.CodeYAML, Message: "did not find expected key"},
+		{Code: rules.CodeRead, Message: "permission denied"},
+	}
+	if n := host.LogRuleErrors(log, "rules error", list, "k", "v"); n != 2 {
+		t.Errorf("logged %d lines for 2 errors", n)
+	}
+	if n := host.LogRuleErrors(log, "rules error", errors.New("boom")); n != 1 {
+		t.Errorf("logged %d lines for one plain error", n)
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		delete(m, "time")
+		got = append(got, fmt.Sprint(m))
+	}
+	want := []string{
+		"map[code:yaml err:did not find expected key file:r.yaml k:v level:ERROR line:3 msg:rules error]",
+		"map[code:read err:permission denied k:v level:ERROR msg:rules error]",
+		"map[err:boom level:ERROR msg:rules error]",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -1,10 +1,15 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -315,5 +320,66 @@ func TestWatchFollowsPluginFiles(t *testing.T) {
 	writeFile(t, other, "module v6")
 	if err := expectReload(t, reloads, "the module in its new directory rebuilt"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPluginStartedLineOmitsWhatDoesNotApply loads a Wasm and a process
+// plugin: each "plugin started" line names the file the plugin has and no
+// empty attribute for the other kind.
+func TestPluginStartedLineOmitsWhatDoesNotApply(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	loader := func(_ context.Context, d rules.PluginDecl) (sdk.Algorithm, error) {
+		return closable{fixedwindow.New(), new(atomic.Int32)}, nil
+	}
+	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: time.Second}),
+		Plugins: builtin.All(), LoadPlugin: loader, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "mine.wasm"), "wasm")
+	writeFile(t, filepath.Join(dir, "conc"), "exe")
+	path := filepath.Join(dir, "rules.yaml")
+	writeFile(t, path, `plugins:
+  mine: {wasm: mine.wasm}
+  conc: {process: conc}
+rules:
+  - name: a
+    subject: request.ip
+    plugin: mine
+    config: {limit: 2, window: 1h}
+  - name: b
+    subject: request.ip
+    plugin: conc
+    config: {limit: 2, window: 1h}
+`)
+	if _, err := e.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]any{
+		"mine": {"level": "INFO", "msg": "plugin started", "plugin": "mine", "wasm": filepath.Join(dir, "mine.wasm"), "version": "1.0.0"},
+		"conc": {"level": "INFO", "msg": "plugin started", "plugin": "conc", "process": filepath.Join(dir, "conc"), "version": "1.0.0"},
+	}
+	var started int
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(l), &got); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		if got["msg"] != "plugin started" {
+			continue
+		}
+		started++
+		delete(got, "time")
+		if w := want[fmt.Sprint(got["plugin"])]; !maps.Equal(got, w) {
+			t.Errorf("line %s\nwant the attributes %v", l, w)
+		}
+	}
+	if started != 2 {
+		t.Errorf("%d plugin started lines, want 2:\n%s", started, buf.String())
 	}
 }

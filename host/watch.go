@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -209,13 +210,50 @@ func (rw *ruleWatch) watchDirs(want map[string]bool) {
 	}
 }
 
-// logReload writes the one log line a reload gets.
+// logReload logs a reload's outcome. A failed reload gets one error line
+// per problem (LogRuleErrors), then one line that says the previous rules
+// keep serving; log processors see each problem as a record of its own.
 func (e *Engine) logReload(trigger string, n int, err error) {
-	if err != nil {
+	if err == nil {
+		e.log.Info("rules reloaded", "trigger", trigger, "rules", n)
+		return
+	}
+	var list rules.ErrorList
+	if !errors.As(err, &list) {
 		e.log.Error("rules reload failed; the previous rules keep serving", "trigger", trigger, "err", err)
 		return
 	}
-	e.log.Info("rules reloaded", "trigger", trigger, "rules", n)
+	LogRuleErrors(e.log, "rules reload error", list, "trigger", trigger)
+	e.log.Error("rules reload failed; the previous rules keep serving", "trigger", trigger, "errors", len(list))
+}
+
+// LogRuleErrors logs err, a load error, at error level: one line with msg
+// per error of a rules.ErrorList, with attrs and then the error's file,
+// line, col and rule when known, its code, and its message as err; any
+// other error as one line. It returns how many lines it logged.
+func LogRuleErrors(log *slog.Logger, msg string, err error, attrs ...any) int {
+	var list rules.ErrorList
+	if !errors.As(err, &list) {
+		log.Error(msg, append(slices.Clip(attrs), "err", err)...)
+		return 1
+	}
+	for _, le := range list {
+		a := slices.Clip(attrs)
+		if le.Pos.File != "" {
+			a = append(a, "file", le.Pos.File)
+		}
+		if le.Pos.Line > 0 {
+			a = append(a, "line", le.Pos.Line)
+		}
+		if le.Pos.Column > 0 {
+			a = append(a, "col", le.Pos.Column)
+		}
+		if le.Rule != "" {
+			a = append(a, "rule", le.Rule)
+		}
+		log.Error(msg, append(a, "code", le.Code, "err", le.Message)...)
+	}
+	return len(list)
 }
 
 // ReloadFrom reloads the rules and logs the outcome, naming what triggered it

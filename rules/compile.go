@@ -129,9 +129,19 @@ func (c *compiler) rule(rr *rawRule) *Rule {
 			c.errorf(rr.file.pos(rr.pluginNode), rr.name, CodeUnknownPlugin,
 				"plugin %q is declared at %s but was not loaded", rr.plugin, c.files.pluginNames[rr.plugin])
 			ok = false
-		default:
+		case c.files.badPlugins[rr.plugin] != badDecl{}:
+			bad := c.files.badPlugins[rr.plugin]
 			c.errorf(rr.file.pos(rr.pluginNode), rr.name, CodeUnknownPlugin,
-				"unknown plugin %q (declare third-party plugins under plugins:)", rr.plugin)
+				"plugin %q cannot be used: its declaration at %s is invalid: %s", rr.plugin, bad.pos, bad.reason)
+			ok = false
+		default:
+			msg := fmt.Sprintf("unknown plugin %q", rr.plugin)
+			if s := suggest(rr.plugin, c.pluginNames()); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			} else {
+				msg += " (declare third-party plugins under plugins:)"
+			}
+			c.errorf(rr.file.pos(rr.pluginNode), rr.name, CodeUnknownPlugin, "%s", msg)
 			ok = false
 		}
 	} else {
@@ -166,6 +176,20 @@ func (c *compiler) rule(rr *rawRule) *Rule {
 	return r
 }
 
+// pluginNames returns the names a rule's plugin may take: the catalog's,
+// when it lists them (NameLister), and those declared under plugins:.
+func (c *compiler) pluginNames() []string {
+	var names []string
+	if l, ok := c.cat.(NameLister); ok {
+		names = l.Names()
+	}
+	for name := range c.files.pluginNames {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the same suggestion for the same files, whatever the map order
+	return names
+}
+
 func lookup(cat Catalog, name string) (sdk.Algorithm, bool) {
 	if cat == nil {
 		return nil, false
@@ -195,7 +219,11 @@ func (c *compiler) compileExpr(src scalar, rule, what string, kind exprKind) (*v
 		if res.at >= 0 {
 			pos = src.pos(res.at)
 		}
-		c.errorf(pos, rule, CodeExpr, "%s: %v", what, res.err)
+		msg := res.err.Error()
+		if b := res.brackets; b != nil {
+			msg = b.message(src.pos(b.openAt))
+		}
+		c.errorf(pos, rule, CodeExpr, "%s: %s", what, msg)
 		return nil, res.err
 	}
 	return res.prog, nil
@@ -219,6 +247,9 @@ type compiled struct {
 	prog *vm.Program
 	err  error
 	at   int // character offset of the error in the expression, or -1
+	// brackets, when set, is the bracket mistake behind err, a syntax
+	// error: its message replaces err's in the rule's error (at is its at).
+	brackets *bracketError
 }
 
 func (c *compiler) compileText(text string, kind exprKind) compiled {
@@ -235,6 +266,9 @@ func (c *compiler) compileText(text string, kind exprKind) compiled {
 	if err != nil {
 		var fe *file.Error
 		if errors.As(err, &fe) {
+			if b := findBracketError(text); b != nil {
+				return compiled{err: errors.New(cleanExprMessage(fe.Message)), at: b.at, brackets: b}
+			}
 			return compiled{err: errors.New(cleanExprMessage(fe.Message)), at: fe.From}
 		}
 		return compiled{err: err, at: -1}

@@ -1,8 +1,10 @@
 package rules_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -18,6 +20,9 @@ func (c catalog) Lookup(name string) (sdk.Algorithm, bool) {
 	a, ok := c[name]
 	return a, ok
 }
+
+// Names implements rules.NameLister.
+func (c catalog) Names() []string { return slices.Collect(maps.Keys(c)) }
 
 func newCatalog() catalog { return catalog{"fixedwindow": fixedwindow.New()} }
 

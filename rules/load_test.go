@@ -136,6 +136,29 @@ func TestLoadErrors(t *testing.T) {
 `, []want{{4, 5, rules.CodeDuplicateField, "", `field "subject" given twice`}}},
 		{"unknown plugin", "rules:\n  - {name: a, subject: request.ip, plugin: gcra, config: {rate: 1}}\n",
 			[]want{{2, 44, rules.CodeUnknownPlugin, "a", `unknown plugin "gcra"`}}},
+		{"misspelt built-in plugin", "rules:\n  - {name: a, subject: request.ip, plugin: fixedwindw, config: {limit: 1, window: 1s}}\n",
+			[]want{{2, 44, rules.CodeUnknownPlugin, "a", `unknown plugin "fixedwindw" (did you mean "fixedwindow"?)`}}},
+		{"misspelt declared plugin", `plugins:
+  gcra: {wasm: gcra.wasm}
+rules:
+  - {name: a, subject: request.ip, plugin: gcar}
+`, []want{{4, 44, rules.CodeUnknownPlugin, "a", `unknown plugin "gcar" (did you mean "gcra"?)`}}},
+		{"plugin whose pin is invalid", `plugins:
+  mine: {wasm: mine.wasm, sha256: "abc"}
+rules:
+  - {name: a, subject: request.ip, plugin: mine}
+`, []want{
+			{2, 35, rules.CodeBadPlugin, "", `plugin "mine": sha256 must be 64 hexadecimal digits`},
+			{4, 44, rules.CodeUnknownPlugin, "a", `/rules.yaml:2:3 is invalid: sha256 must be 64 hexadecimal digits`},
+		}},
+		{"plugin declared with an unknown field", `plugins:
+  mine: {wasm: mine.wasm, sha: x}
+rules:
+  - {name: a, subject: request.ip, plugin: mine}
+`, []want{
+			{2, 27, rules.CodeUnknownField, "", `unknown field "sha"`},
+			{4, 44, rules.CodeUnknownPlugin, "a", `/rules.yaml:2:3 is invalid: unknown field "sha"`},
+		}},
 		{"declared plugin not in catalog", `plugins:
   gcra: {wasm: gcra.wasm}
 rules:
@@ -165,6 +188,35 @@ rules:
     plugin: fixedwindow
     config: {limit: 1, window: 1s}
 `, []want{{3, 37, rules.CodeExpr, "a", `when: unexpected token Operator("&")`}}},
+		{"unclosed parenthesis", `rules:
+  - name: a
+    subject: (request.ip
+    plugin: fixedwindow
+    config: {limit: 1, window: 1s}
+`, []want{{3, 25, rules.CodeExpr, "a", `subject: missing ")": the "(" opened at line 3 col 14 is never closed`}}},
+		{"unclosed bracket in a block scalar, brackets in strings ignored", `rules:
+  - name: a
+    when: |
+      request.path in ["/a", "(/b"
+        ,"/c" && (true)
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1, window: 1s}
+`, []want{{5, 24, rules.CodeExpr, "a", `when: missing "]": the "[" opened at line 4 col 23 is never closed`}}},
+		{"bracket closed by the wrong kind", `rules:
+  - name: a
+    when: (request.path == "/a"] || true
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1, window: 1s}
+`, []want{{3, 32, rules.CodeExpr, "a", `when: "]" cannot close the "(" opened at line 3 col 11 (missing ")")`}}},
+		{"closing bracket with nothing open", `rules:
+  - name: a
+    when: request.path == "/a")
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1, window: 1s}
+`, []want{{3, 31, rules.CodeExpr, "a", `when: ")" closes nothing: no bracket is open here`}}},
 		{"error on the second line of a block scalar", `rules:
   - name: a
     when: |

@@ -25,6 +25,17 @@ type Files struct {
 
 	ruleNames   map[string]Position
 	pluginNames map[string]Position
+	// badPlugins are the declarations under plugins: that have errors, by
+	// name, so that a rule using one is told why it cannot (and not that
+	// the plugin is unknown).
+	badPlugins map[string]badDecl
+}
+
+// badDecl is a plugin declaration with errors: where it is and its first
+// error's message.
+type badDecl struct {
+	pos    Position
+	reason string
 }
 
 // rawRule is a rule as parsed, with the nodes Compile needs for positions.
@@ -68,7 +79,7 @@ func Parse(path string) (*Files, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Files{ruleNames: map[string]Position{}, pluginNames: map[string]Position{}}
+	f := &Files{ruleNames: map[string]Position{}, pluginNames: map[string]Position{}, badPlugins: map[string]badDecl{}}
 	for _, name := range names {
 		f.parseFile(name)
 	}
@@ -157,7 +168,7 @@ func (f *Files) parseFile(name string) {
 			if strings.HasPrefix(kv.key.Value, "x-") {
 				continue // extension keys, a place for YAML anchors
 			}
-			p.unknownField(kv.key, "", "plugins", "rules")
+			p.unknownField(kv.key, "", topFields...)
 		}
 	}
 }
@@ -324,6 +335,12 @@ func describe(n *yaml.Node) string {
 	return strconv.Quote(n.Value)
 }
 
+// topFields are the keys of a rule file's top-level mapping, besides the
+// x- extension keys; ruleFields a rule's, pluginFields a plugin
+// declaration's. docs/rule-file.schema.json must list the same (its test
+// says so).
+var topFields = []string{"plugins", "rules"}
+
 var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_error", "shadow", "stop", "deny_cache", "lease"}
 
 func (p *parser) parseRules(n *yaml.Node) {
@@ -446,6 +463,7 @@ func (p *parser) parsePlugins(n *yaml.Node) {
 		name := kv.key.Value
 		d := PluginDecl{Name: name, Pos: p.file.pos(kv.key)}
 		ok := true
+		before := len(p.errs)
 		if !validName(name) {
 			p.errorf(kv.key, "", CodeBadName,
 				"plugin name %q must be 1 to 63 lower-case letters, digits, '-' or '_', starting with a letter or digit", name)
@@ -458,6 +476,7 @@ func (p *parser) parsePlugins(n *yaml.Node) {
 		v := kv.val
 		if v.Kind != yaml.MappingNode {
 			p.errorf(v, "", CodeBadPlugin, "plugin %q: want a mapping with wasm or process, and optionally sha256", name)
+			p.badPlugin(d, before)
 			continue
 		}
 		for _, f := range p.pairs(v, "") {
@@ -492,8 +511,23 @@ func (p *parser) parsePlugins(n *yaml.Node) {
 		if ok {
 			p.pluginNames[name] = d.Pos
 			p.plugins = append(p.plugins, d)
+		} else {
+			p.badPlugin(d, before)
 		}
 	}
+}
+
+// badPlugin records that the declaration d has errors, the first of which
+// is p.errs[first], unless a valid declaration of the same name came first.
+func (p *parser) badPlugin(d PluginDecl, first int) {
+	if _, declared := p.pluginNames[d.Name]; declared || first >= len(p.errs) {
+		return
+	}
+	if _, seen := p.badPlugins[d.Name]; seen {
+		return
+	}
+	reason := strings.TrimPrefix(p.errs[first].Message, "plugin "+strconv.Quote(d.Name)+": ")
+	p.badPlugins[d.Name] = badDecl{pos: d.Pos, reason: reason}
 }
 
 func (p *parser) absPath(s string) string {

@@ -84,6 +84,12 @@ type Catalog interface {
 	Lookup(name string) (sdk.Algorithm, bool)
 }
 
+// NameLister is a Catalog that can also list the names it resolves. Compile
+// uses them to suggest a name for a rule's misspelt plugin ("did you mean").
+type NameLister interface {
+	Names() []string
+}
+
 // PluginDecl is a third-party plugin declared under `plugins:`. Exactly one
 // of Wasm and Process is set; both are absolute paths, resolved relative to
 // the declaring file.

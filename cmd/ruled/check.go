@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/ruled-dev/ruled/host"
@@ -35,9 +38,12 @@ func (c catalog) Lookup(name string) (sdk.Algorithm, bool) {
 	return alg, ok
 }
 
-const checkUsage = `Usage: ruled check [--start-plugins] PATH
+// Names implements rules.NameLister, for "did you mean" suggestions.
+func (c catalog) Names() []string { return slices.Collect(maps.Keys(c)) }
 
-Validates rule files and lists every error with its position; exit 1 on error.
+const checkUsage = `Usage: ruled check [--start-plugins] [--format text|json] PATH
+
+Validates rule files and lists every error with its position.
 
 Third-party plugins the files declare are checked without running them: the file exists,
 a process plugin's is an executable file, the sha256 pin matches, a Wasm module compiles
@@ -47,11 +53,80 @@ and whether the plugin can take a lease, which only the plugin can say: a note s
   --start-plugins   start the plugins as serve does (process plugins' executables run,
                     Wasm modules are instantiated) and have them validate their rules'
                     config; only for rule files whose plugins you trust (env RULED_START_PLUGINS)
+  --format FORMAT   text (the default): notes and "ok: ..." on stdout, one error a line on
+                    stderr; json: one JSON object on stdout, errors or not (env RULED_FORMAT):
+                      {"ok": bool, "path": string, "rules": number of rules (0 unless ok),
+                       "errors": [{"file", "line", "col", "rule", "code", "message"}],
+                       "notes": [{"file", "line", "col", "message"}]}
+                    line and col are 1-based, 0 when unknown; rule is "" outside a rule;
+                    code is one of the error codes of docs/rules.md
+
+Exit status: 0 the files are valid, 1 they have errors, 2 usage error.
 `
+
+// outputFormat is the --format of check and eval: text or json.
+type outputFormat string
+
+// The output formats.
+const (
+	formatText outputFormat = "text"
+	formatJSON outputFormat = "json"
+)
+
+// String implements flag.Value.
+func (f *outputFormat) String() string { return string(*f) }
+
+// Set implements flag.Value.
+func (f *outputFormat) Set(s string) error {
+	switch outputFormat(s) {
+	case formatText, formatJSON:
+		*f = outputFormat(s)
+		return nil
+	}
+	return fmt.Errorf("want text or json, got %q", s)
+}
+
+// checkReport is the output of ruled check --format json. Its fields are a
+// stable interface: add to it, never rename or remove.
+type checkReport struct {
+	OK     bool          `json:"ok"`
+	Path   string        `json:"path"`
+	Rules  int           `json:"rules"`
+	Errors []reportError `json:"errors"`
+	Notes  []reportNote  `json:"notes"`
+}
+
+// reportError is one error of a checkReport.
+type reportError struct {
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Col     int    `json:"col"`
+	Rule    string `json:"rule"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// reportNote is one note of a checkReport.
+type reportNote struct {
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Col     int    `json:"col"`
+	Message string `json:"message"`
+}
+
+// checkNote is a remark on valid rule files: what check could not validate.
+type checkNote struct {
+	Pos     rules.Position
+	Message string
+}
+
+func (n checkNote) String() string { return fmt.Sprintf("%s: note: %s", n.Pos, n.Message) }
 
 func check(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", stderr)
 	start := fs.Bool("start-plugins", false, "start the declared plugins to validate their rules' config")
+	format := formatText
+	fs.Var(&format, "format", "output format: text or json")
 	fs.Usage = func() { fmt.Fprint(stderr, checkUsage) }
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -64,6 +139,17 @@ func check(args []string, stdout, stderr io.Writer) int {
 	path := pos[0]
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	set, notes, err := checkRules(path, log, *start)
+	if format == formatJSON {
+		rep := newCheckReport(path, set, notes, err)
+		if werr := writeJSON(stdout, rep); werr != nil {
+			fmt.Fprintf(stderr, "ruled check: %v\n", werr)
+			return 1
+		}
+		if !rep.OK {
+			return 1
+		}
+		return 0
+	}
 	for _, n := range notes {
 		fmt.Fprintln(stdout, n)
 	}
@@ -73,6 +159,47 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "ok: %d rules in %s\n", len(set.Rules()), path)
 	return 0
+}
+
+// newCheckReport is the JSON report of a check of path: the loaded set, or
+// err, the load error, with every error in it positioned as far as known.
+func newCheckReport(path string, set *rules.Set, notes []checkNote, err error) checkReport {
+	rep := checkReport{OK: err == nil, Path: path, Errors: reportErrors(err), Notes: []reportNote{}}
+	if err == nil && set != nil {
+		rep.Rules = len(set.Rules())
+	}
+	for _, n := range notes {
+		rep.Notes = append(rep.Notes, reportNote{File: n.Pos.File, Line: n.Pos.Line, Col: n.Pos.Column, Message: n.Message})
+	}
+	return rep
+}
+
+// reportErrors lists the errors of a load error, [] for none. An error
+// that is not a rules.ErrorList (an unreadable path) is one error with
+// code "read" and no position.
+func reportErrors(err error) []reportError {
+	out := []reportError{}
+	if err == nil {
+		return out
+	}
+	var list rules.ErrorList
+	if !errors.As(err, &list) {
+		list = rules.ErrorList{{Code: rules.CodeRead, Message: err.Error()}}
+	}
+	for _, e := range list {
+		out = append(out, reportError{File: e.Pos.File, Line: e.Pos.Line, Col: e.Pos.Column, Rule: e.Rule, Code: e.Code, Message: e.Message})
+	}
+	return out
+}
+
+// writeJSON writes v to w as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("writing the output: %w", err)
+	}
+	return nil
 }
 
 // checkRules loads the rule files at path against the built-in plugins and
@@ -86,7 +213,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 // checked as far as that goes (checkPlugin) and stands in the catalog as a
 // plugin that accepts any config, so that its rules are checked all the
 // same but for their config; a note per such plugin says so.
-func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []string, error) {
+func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []checkNote, error) {
 	files, err := rules.Parse(path)
 	if files == nil {
 		return nil, nil, err
@@ -99,7 +226,7 @@ func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []string
 	wopts, _ := wasmOptions(log, pluginCallTimeout(capability.DefaultTimeout), "")
 	load := pluginLoader(log, wopts, nil)
 	var loaded []sdk.Algorithm
-	var notes []string
+	var notes []checkNote
 	loadErrs := host.LoadDeclared(files.Plugins(), func(name string) bool { _, ok := cat[name]; return ok },
 		func(d rules.PluginDecl) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -109,8 +236,8 @@ func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []string
 					return err
 				}
 				cat[d.Name] = unstarted{name: d.Name}
-				notes = append(notes, fmt.Sprintf("%s: note: plugin %q was not started: the config and lease of its rules are not validated (ruled check --start-plugins runs it to validate it)",
-					d.Pos, d.Name))
+				notes = append(notes, checkNote{Pos: d.Pos, Message: fmt.Sprintf(
+					"plugin %q was not started: the config and lease of its rules are not validated (ruled check --start-plugins runs it to validate it)", d.Name)})
 				return nil
 			}
 			alg, err := load(ctx, d)

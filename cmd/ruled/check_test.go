@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -83,5 +85,69 @@ rules:
 	}
 	if code != 1 || !strings.Contains(errOut, `plugin "sh"`) || strings.Contains(out, "note:") {
 		t.Fatalf("check --start-plugins: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+}
+
+// TestCheckJSON: --format json prints one object on stdout, with every
+// error positioned and coded, or the rule count and the notes.
+func TestCheckJSON(t *testing.T) {
+	dir := t.TempDir()
+	check := func(args ...string) (int, checkReport, string) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append([]string{"check", "--format", "json"}, args...), &out, &errOut)
+		var rep checkReport
+		dec := json.NewDecoder(&out)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rep); err != nil {
+			t.Fatalf("stdout is not one report: %v\n%s", err, out.String())
+		}
+		if dec.More() {
+			t.Fatalf("more than one JSON value on stdout")
+		}
+		return code, rep, errOut.String()
+	}
+
+	bad := writeFile(t, dir, "bad.yaml", badRules)
+	code, rep, _ := check(bad)
+	want := []reportError{
+		{File: bad, Line: 3, Col: 22, Rule: "typo", Code: "expr", Message: "subject: request has no field ipp"},
+		{File: bad, Line: 9, Col: 5, Rule: "unknown-field", Code: "unknown-field", Message: `unknown field "limt"`},
+		{File: bad, Line: 15, Col: 11, Rule: "dup", Code: "duplicate-rule", Message: "duplicate rule name (first defined at line 11)"},
+		{File: bad, Line: 18, Col: 32, Rule: "dup", Code: "bad-config", Message: `config: window: want a duration such as "500ms", "10s" or "1m", got 10x`},
+	}
+	if code != 1 || rep.OK || rep.Path != bad || rep.Rules != 0 || !slices.Equal(rep.Errors, want) {
+		t.Fatalf("bad rules: exit %d, report %+v\nwant errors %+v", code, rep, want)
+	}
+
+	good := writeFile(t, dir, "good.yaml", "rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, config: {limit: 1, window: 1s}}\n")
+	code, rep, _ = check(good)
+	if code != 0 || !rep.OK || rep.Rules != 1 || rep.Errors == nil || len(rep.Errors) != 0 || rep.Notes == nil || len(rep.Notes) != 0 {
+		t.Fatalf("good rules: exit %d, report %+v", code, rep)
+	}
+
+	code, rep, _ = check(filepath.Join(dir, "missing.yaml"))
+	if code != 1 || rep.OK || len(rep.Errors) != 1 || rep.Errors[0].Code != "read" || !strings.Contains(rep.Errors[0].Message, "missing.yaml") {
+		t.Fatalf("missing file: exit %d, report %+v", code, rep)
+	}
+}
+
+// TestCheckJSONNotes: a declared plugin that check does not start is a
+// positioned note of the JSON report.
+func TestCheckJSONNotes(t *testing.T) {
+	dir := t.TempDir()
+	script := writeFile(t, dir, "plug", "#!/bin/sh\n")
+	if err := os.Chmod(script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := writeFile(t, dir, "rules.yaml", "plugins:\n  sh: {process: ./plug}\nrules:\n  - {name: a, subject: request.ip, plugin: sh}\n")
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"check", path, "--format", "json"}, &out, &errOut)
+	var rep checkReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || code != 0 || !rep.OK || len(rep.Notes) != 1 {
+		t.Fatalf("exit %d, err %v\n%s%s", code, err, out.String(), errOut.String())
+	}
+	if n := rep.Notes[0]; n.File != path || n.Line != 2 || n.Col != 3 || !strings.HasPrefix(n.Message, `plugin "sh" was not started`) {
+		t.Fatalf("note %+v", n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/ruled-dev/ruled/rules"
 )
@@ -35,6 +36,8 @@ type evalRule struct {
 	Error   string         `json:"error,omitempty"`
 }
 
+// evalOutput is the output of ruled eval --format json: the trace. Its
+// fields are a stable interface: add to it, never rename or remove.
 type evalOutput struct {
 	Hits  int64      `json:"hits"`
 	Rules []evalRule `json:"rules"`
@@ -42,34 +45,88 @@ type evalOutput struct {
 	Applied []string `json:"applied"`
 }
 
+const evalUsage = `Usage: ruled eval --rules PATH --input FILE.json [--format text|json]
+
+Shows which rules match a check, with their subjects, plugins and resolved config, without Redis.
+
+  --rules PATH      rule file or directory of *.yaml (required; env RULED_RULES)
+  --input FILE      JSON file holding a /v1/check body; - for standard input (required; env RULED_INPUT)
+  --format FORMAT   text (the default): one line a rule, then the rules applied; json: the trace
+                    as one JSON object (env RULED_FORMAT):
+                      {"hits": number,
+                       "rules": [{"rule", "file", "line", "plugin", "matched", "skipped", "subject",
+                                  "config", "shadow", "stop", "on_error", "error"}],
+                       "applied": [rule names]}
+                    in rule order; file is relative to PATH; skipped, subject, config, shadow,
+                    stop and error are left out when false or empty. When the rule files do not
+                    load, the output is ruled check --format json's instead.
+
+Exit status: 0 every rule evaluated; 1 the rule files do not load; 2 usage error or an
+input that is not a /v1/check body; 3 a rule failed to evaluate for this input (its error
+is in the trace, which is printed all the same).
+`
+
+// Exit codes of ruled eval.
+const (
+	evalOK       = 0
+	evalBadRules = 1
+	evalBadUsage = 2
+	evalRuleErr  = 3
+)
+
 // evalCmd traces which rules match a check body, their subjects, plugins and
 // resolved config, without touching Redis.
 func evalCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("eval", stderr)
 	rulesPath := fs.String("rules", "", "rule file or directory of *.yaml (required)")
 	inputPath := fs.String("input", "", "JSON file holding a /v1/check body; - for standard input (required)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ruled eval --rules PATH --input FILE.json\n\nShows which rules match a check, with their subjects, plugins and resolved config, without Redis.")
-		fs.PrintDefaults()
-	}
+	format := formatText
+	fs.Var(&format, "format", "output format: text or json")
+	fs.Usage = func() { fmt.Fprint(stderr, evalUsage) }
 	if err := parseWithEnv(fs, args); err != nil {
-		return 2
+		return evalBadUsage
 	}
 	if *rulesPath == "" || *inputPath == "" || fs.NArg() > 0 {
 		fs.Usage()
-		return 2
+		return evalBadUsage
 	}
 	in, err := readEvalInput(*inputPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "ruled eval: %v\n", err)
-		return 2
+		return evalBadUsage
 	}
 	set, err := rulesLoad(*rulesPath)
 	if err != nil {
-		printRuleErrors(stderr, err)
-		return 1
+		if format == formatJSON {
+			if werr := writeJSON(stdout, newCheckReport(*rulesPath, nil, nil, err)); werr != nil {
+				fmt.Fprintf(stderr, "ruled eval: %v\n", werr)
+			}
+		} else {
+			printRuleErrors(stderr, err)
+		}
+		return evalBadRules
 	}
-	base := *rulesPath
+	out := trace(set, *rulesPath, in)
+	if format == formatJSON {
+		err = writeJSON(stdout, out)
+	} else {
+		err = writeTrace(stdout, out)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ruled eval: %v\n", err)
+		return evalBadRules
+	}
+	for _, r := range out.Rules {
+		if r.Error != "" {
+			return evalRuleErr
+		}
+	}
+	return evalOK
+}
+
+// trace evaluates set, loaded from rulesPath, for in.
+func trace(set *rules.Set, rulesPath string, in *evalInput) evalOutput {
+	base := rulesPath
 	if fi, err := os.Stat(base); err == nil && !fi.IsDir() {
 		base = filepath.Dir(base)
 	}
@@ -93,13 +150,49 @@ func evalCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		out.Rules = append(out.Rules, er)
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		fmt.Fprintf(stderr, "ruled eval: %v\n", err)
-		return 1
+	return out
+}
+
+// writeTrace writes the trace for people: one line a rule, then the rules
+// applied.
+func writeTrace(w io.Writer, out evalOutput) error {
+	var b strings.Builder
+	for _, r := range out.Rules {
+		fmt.Fprintf(&b, "%s:%d: %s (%s): ", r.File, r.Line, r.Rule, r.Plugin)
+		switch {
+		case r.Skipped:
+			b.WriteString("skipped (an earlier rule stopped evaluation)")
+		case r.Error != "":
+			fmt.Fprintf(&b, "error, on_error %s: %s", r.OnError, r.Error)
+		case !r.Matched:
+			b.WriteString("no match")
+		default:
+			fmt.Fprintf(&b, "match, subject %q", r.Subject)
+			if len(r.Config) > 0 {
+				cfg, err := json.Marshal(r.Config)
+				if err != nil {
+					return fmt.Errorf("rule %s: config: %w", r.Rule, err)
+				}
+				fmt.Fprintf(&b, ", config %s", cfg)
+			}
+		}
+		if r.Shadow {
+			b.WriteString(" [shadow]")
+		}
+		if r.Stop {
+			b.WriteString(" [stop]")
+		}
+		b.WriteByte('\n')
 	}
-	return 0
+	applied := "none"
+	if len(out.Applied) > 0 {
+		applied = strings.Join(out.Applied, ", ")
+	}
+	fmt.Fprintf(&b, "applied (hits %d): %s\n", out.Hits, applied)
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("writing the output: %w", err)
+	}
+	return nil
 }
 
 func readEvalInput(path string) (*evalInput, error) {

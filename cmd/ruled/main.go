@@ -1,8 +1,8 @@
 // Command ruled is the rate-limit policy daemon and its tools.
 //
 //	ruled serve   --rules PATH [--listen 127.0.0.1:8080] [--redis URL] ...
-//	ruled check   [--start-plugins] PATH
-//	ruled eval    --rules PATH --input FILE.json
+//	ruled check   [--start-plugins] [--format text|json] PATH
+//	ruled eval    --rules PATH --input FILE.json [--format text|json]
 //	ruled plugin  build DIR -o FILE.wasm | inspect FILE.wasm
 //	ruled version
 //
@@ -25,12 +25,14 @@ var version = "dev"
 const usage = `ruled decides whether a request may go ahead, for many machines at once.
 
 Usage:
-  ruled serve --rules PATH [flags]   run the daemon (ruled serve -h lists the flags)
-  ruled check [--start-plugins] PATH validate rule files; exit 1 on error (ruled check -h)
-  ruled eval --rules PATH --input F  trace which rules match a /v1/check body (no Redis)
-  ruled plugin build DIR -o F.wasm   build a Go plugin package as a Wasm module
-  ruled plugin inspect F.wasm        print a module's name, version, scripts, commands and sha256
-  ruled version                      print the version
+  ruled serve --rules PATH [flags]                 run the daemon (ruled serve -h lists the flags)
+  ruled check [--start-plugins] [--format F] PATH  validate rule files; exit 1 on error (ruled check -h)
+  ruled eval --rules PATH --input F [--format F]   trace which rules match a /v1/check body (no Redis)
+  ruled plugin build DIR -o F.wasm                 build a Go plugin package as a Wasm module
+  ruled plugin inspect F.wasm                      print a module's name, version, scripts, commands and sha256
+  ruled version                                    print the version
+
+  F is text (the default) or json.
 
 PATH is a rule file or a directory of *.yaml files.
 `

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -97,14 +98,19 @@ func (s *logSink) emit(h sdk.Host, level slog.Level, msg string, args ...any) {
 	l.Log(context.Background(), level, msg, boundArgs(args)...)
 }
 
-// boundArgs keeps at most maxLogArgs key-value pairs, with short values.
+// boundArgs keeps at most maxLogArgs key-value pairs, with short values and
+// unique keys: a key the plugin repeats, or one the line has already (the
+// handler's time, level, msg and source; the plugin's logger's process,
+// until the plugin has said its name, then plugin), gets a numeric suffix
+// ("msg_2"), so that a JSON log line never has a key twice.
 func boundArgs(args []any) []any {
 	if len(args) > 2*maxLogArgs {
 		args = args[:2*maxLogArgs]
 	}
 	out := make([]any, 0, len(args))
+	seen := map[string]bool{slog.TimeKey: true, slog.LevelKey: true, slog.MessageKey: true, slog.SourceKey: true, "process": true, "plugin": true}
 	for i := 0; i+1 < len(args); i += 2 {
-		k := truncate(fmt.Sprint(args[i]), 64)
+		k := uniqueKey(truncate(fmt.Sprint(args[i]), 64), seen)
 		var v any
 		switch t := args[i+1].(type) {
 		case int, int64, int32, uint64, bool, float64, time.Duration:
@@ -117,6 +123,17 @@ func boundArgs(args []any) []any {
 		out = append(out, k, v)
 	}
 	return out
+}
+
+// uniqueKey returns k, or k with the first numeric suffix that makes it a
+// key not in seen, and records it in seen.
+func uniqueKey(k string, seen map[string]bool) string {
+	u := k
+	for n := 2; seen[u]; n++ {
+		u = k + "_" + strconv.Itoa(n)
+	}
+	seen[u] = true
+	return u
 }
 
 // truncate returns s cut to at most n bytes at a rune boundary.

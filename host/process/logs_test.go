@@ -2,6 +2,8 @@ package process
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -66,4 +68,54 @@ func TestBackoff(t *testing.T) {
 			t.Fatalf("backoff %v", got)
 		}
 	}
+}
+
+// TestPluginLogKeysAreUnique relays a line whose attributes repeat each
+// other and the handler's own keys: every key of the JSON line is unique,
+// and the repeated values are kept under suffixed keys.
+func TestPluginLogKeysAreUnique(t *testing.T) {
+	var buf bytes.Buffer
+	sink := &logSink{log: slog.New(slog.NewJSONHandler(&buf, nil)).With("plugin", "conc")}
+	newHCLogger(sink).Named("conc").Warn("hello", "msg", "m", "level", "l", "time", "t", "component", "c",
+		"plugin", "/bin/conc", "executable", "e", "k", 1, "k", 2, "process", "p")
+	line := strings.TrimSpace(buf.String())
+	keys, err := jsonKeys(line)
+	if err != nil {
+		t.Fatalf("%v: %s", err, line)
+	}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if seen[k] {
+			t.Errorf("key %q twice in %s", k, line)
+		}
+		seen[k] = true
+	}
+	for _, want := range []string{`"msg":"hello"`, `"plugin":"conc"`, `"component":"go-plugin.conc"`, `"msg_2":"m"`, `"level_2":"l"`,
+		`"time_2":"t"`, `"component_2":"c"`, `"executable":"/bin/conc"`, `"executable_2":"e"`, `"k":1`, `"k_2":2`, `"process_2":"p"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("line lacks %s: %s", want, line)
+		}
+	}
+}
+
+// jsonKeys returns the keys of the JSON object s in order, duplicates
+// included (encoding/json's Unmarshal would keep only the last).
+func jsonKeys(s string) ([]string, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("not an object: %v %v", tok, err)
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, tok.(string))
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+	}
+	return keys, nil
 }

@@ -70,32 +70,46 @@ func (w *lineLogger) tail() string {
 }
 
 // redisLogRE matches redis-server's log format:
-// "pid:role dd Mon yyyy hh:mm:ss.mmm <level> message".
+// "pid:role dd Mon yyyy hh:mm:ss.mmm <level> message", where level is '.'
+// (debug), '-' (verbose), '*' (notice) or '#' (warning).
 var redisLogRE = regexp.MustCompile(`^(\d+):([A-Z]) \d{1,2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2}\.\d{3} ([.\-*#]) (.*)$`)
 
-// routineWarnings are lines redis-server logs at its warning level that say
-// nothing worth a warning for a managed server: start and stop banners, and
-// the memory overcommit and TCP backlog advice, which concern forking for
-// persistence and TCP listeners, neither of which the managed server has.
-var routineWarnings = []string{
-	"oO0OoO0OoO0Oo Redis is starting",
-	"Redis version=",
-	"Configuration loaded",
-	"Server initialized",
-	"WARNING Memory overcommit must be enabled",
-	"WARNING: The TCP backlog setting",
-	"User requested shutdown",
-	"Received SIGTERM scheduling shutdown",
-	"Redis is now ready to exit",
-}
+// redisSignalRE matches what redis-server logs from a signal handler, at
+// its warning level: "pid:signal-handler (unix time) message".
+var redisSignalRE = regexp.MustCompile(`^(\d+):signal-handler \(\d+\) (.*)$`)
 
-func routine(msg string) bool {
-	for _, p := range routineWarnings {
+// lifecycleLines are lines redis-server logs at its warning level that only
+// tell its start and stop: the banner, the configuration it loaded, the
+// shutdown ruled asked for. They are relayed at debug level. Every other
+// warning is relayed as a warning, the memory overcommit advice included:
+// the managed server does not fork to persist, but an operator may still
+// want the kernel setting it names.
+func lifecycleLine(msg string) bool {
+	for _, p := range []string{
+		"oO0OoO0OoO0Oo Redis is starting",
+		"Redis version=",
+		"Configuration loaded",
+		"Server initialized",
+		"User requested shutdown",
+		"Received SIGTERM scheduling shutdown",
+		"Received SIGINT scheduling shutdown",
+		"Redis is now ready to exit",
+	} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// redisLevel is the level ruled relays a line of redis-server at: debug for
+// its chatter (debug, verbose and notice lines, and the start and stop
+// lines of its warning level), warn for its warnings.
+func redisLevel(mark string, msg string) slog.Level {
+	if mark != "#" || lifecycleLine(msg) {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 // emit logs the buffered line; w.mu is held.
@@ -106,17 +120,18 @@ func (w *lineLogger) emit() {
 	if strings.TrimSpace(line) == "" {
 		return
 	}
-	level, msg := slog.LevelWarn, line // lines not in the log format are unusual: start-up errors, crashes
+	// Lines in neither format are unusual: start-up errors, crash reports.
+	// (The ASCII-art logo is off: the server runs with always-show-logo no.)
+	level, msg := slog.LevelWarn, line
 	var attrs []slog.Attr
 	if m := redisLogRE.FindStringSubmatch(line); m != nil {
 		msg = m[4]
 		attrs = append(attrs, slog.String("pid", m[1]))
-		switch {
-		case m[3] != "#": // '*' notice, '-' verbose, '.' debug: routine chatter
-			level = slog.LevelDebug
-		case routine(msg):
-			level = slog.LevelInfo
-		}
+		level = redisLevel(m[3], msg)
+	} else if m := redisSignalRE.FindStringSubmatch(line); m != nil {
+		msg = m[2]
+		attrs = append(attrs, slog.String("pid", m[1]))
+		level = redisLevel("#", msg)
 	}
 	if trunc {
 		attrs = append(attrs, slog.Bool("truncated", true))

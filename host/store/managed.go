@@ -160,6 +160,9 @@ func (m *managed) args() []string {
 		"--daemonize", "no",
 		"--logfile", "",
 		"--loglevel", "notice",
+		// No ASCII-art logo: it is not in the log format (every line
+		// would be relayed as a warning) and says nothing.
+		"--always-show-logo", "no",
 		// A script still running after this answers BUSY to everyone
 		// else, which ruled's watchdog sees and stops (docs/operations.md,
 		// "Script watchdog"). Redis 7 calls it busy-reply-threshold and
@@ -204,7 +207,9 @@ func (m *managed) start(ctx context.Context) (*proc, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("store: something already answers on %s: is another ruled using the same --data-dir?", m.sock)
 	}
-	out := newLineLogger(m.log.With("component", "redis-server"))
+	// The logger already names the component (store); the program whose
+	// output it relays is the line's source.
+	out := newLineLogger(m.log.With("source", "redis-server"))
 	cmd := exec.Command(m.bin, m.args()...)
 	cmd.Dir = m.dir
 	cmd.Stdout, cmd.Stderr = out, out

@@ -173,7 +173,7 @@ func TestManagedStart(t *testing.T) {
 	if !strings.Contains(info, "process_id:"+strconv.Itoa(s.PID())+"\r\n") {
 		t.Errorf("INFO server does not show process_id %d", s.PID())
 	}
-	for param, want := range map[string]string{"port": "0", "save": "", "appendonly": "no", "unixsocketperm": "700", "daemonize": "no"} {
+	for param, want := range map[string]string{"port": "0", "save": "", "appendonly": "no", "unixsocketperm": "700", "daemonize": "no", "always-show-logo": "no"} {
 		got, err := s.Client().ConfigGet(ctx, param).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -201,9 +201,11 @@ func TestManagedStart(t *testing.T) {
 	if err == nil || time.Since(start) > 2*time.Second {
 		t.Errorf("BLPOP with a 100ms deadline: err %v after %v; want an error well before 2s", err, time.Since(start))
 	}
-	// The server's output reached the logger, tagged with its pid.
-	if !strings.Contains(sink.String(), "component=redis-server") || !strings.Contains(sink.String(), "pid="+strconv.Itoa(s.PID())) {
-		t.Errorf("redis-server output not logged:\n%s", sink.String())
+	// The server's output reached the logger, tagged with its pid; the
+	// component is the store, the relayed program the line's source.
+	if !strings.Contains(sink.String(), "component=store source=redis-server") || !strings.Contains(sink.String(), "pid="+strconv.Itoa(s.PID())) ||
+		strings.Contains(sink.String(), "component=redis-server") {
+		t.Errorf("redis-server output not logged as component=store source=redis-server:\n%s", sink.String())
 	}
 }
 
@@ -555,7 +557,7 @@ func TestLineLogger(t *testing.T) {
 	for _, want := range []string{
 		`level=WARN msg="Warning: something" pid=123`,
 		`level=DEBUG msg="Ready to accept" pid=123`,
-		`level=INFO msg="Configuration loaded" pid=123`,
+		`level=DEBUG msg="Configuration loaded" pid=123`,
 		`level=WARN msg="plain start-up error"`,
 		`truncated=true`,
 		`msg=tail`,
@@ -571,6 +573,65 @@ func TestLineLogger(t *testing.T) {
 	}
 	if tail := w.tail(); !strings.HasPrefix(tail, "Warning: something | Configuration loaded | Ready to accept | plain start-up error | xxx") || !strings.HasSuffix(tail, " | tail") {
 		t.Errorf("tail() = %.120q…", tail)
+	}
+}
+
+// TestLineLoggerLevels relays redis-server 7's start and stop lines: its
+// banner, notices and lifecycle lines are debug, its warnings warnings.
+func TestLineLoggerLevels(t *testing.T) {
+	for _, c := range []struct{ line, want string }{
+		{"9:C 24 Nov 2026 23:38:53.628 # oO0OoO0OoO0Oo Redis is starting oO0OoO0OoO0Oo", "DEBUG"},
+		{"9:C 24 Nov 2026 23:38:53.628 # Redis version=7.0.15, bits=64, commit=00000000, modified=0, pid=9, just started", "DEBUG"},
+		{"9:C 24 Nov 2026 23:38:53.628 # Configuration loaded", "DEBUG"},
+		{"9:M 24 Nov 2026 23:38:53.629 * monotonic clock: POSIX clock_gettime", "DEBUG"},
+		{"9:M 24 Nov 2026 23:38:53.629 * Running mode=standalone, port=0.", "DEBUG"},
+		{"9:M 24 Nov 2026 23:38:53.629 # Server initialized", "DEBUG"},
+		{"9:M 24 Nov 2026 23:38:53.629 # WARNING Memory overcommit must be enabled! Without it, ...", "WARN"},
+		{"9:M 24 Nov 2026 23:38:53.629 . verbose detail", "DEBUG"},
+		{"9:M 24 Nov 2026 23:38:53.629 - client closed", "DEBUG"},
+		{"9:signal-handler (1795563534) Received SIGTERM scheduling shutdown...", "DEBUG"},
+		{"9:signal-handler (1795563534) Received SIGSEGV, crashing", "WARN"},
+		{"9:M 24 Nov 2026 23:38:54.640 # User requested shutdown...", "DEBUG"},
+		{"9:M 24 Nov 2026 23:38:54.640 # Redis is now ready to exit, bye bye...", "DEBUG"},
+		{"9:M 24 Nov 2026 23:38:54.640 # Error trying to save the DB", "WARN"},
+		{"*** FATAL CONFIG FILE ERROR (Redis 7.0.15) ***", "WARN"},
+	} {
+		log, sink := testLogger(t)
+		w := newLineLogger(log)
+		_, _ = w.Write([]byte(c.line + "\n"))
+		if got := sink.String(); !strings.Contains(got, "level="+c.want+" ") {
+			t.Errorf("%q logged as %q, want level %s", c.line, got, c.want)
+		}
+	}
+}
+
+// TestManagedLogIsQuiet starts and stops a real redis-server: of what it
+// prints, nothing reaches the log above debug level but real warnings.
+func TestManagedLogIsQuiet(t *testing.T) {
+	s, sink := openManagedT(t, Options{DataDir: filepath.Join(t.TempDir(), "data")})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var relayed int
+	for _, l := range strings.Split(sink.String(), "\n") {
+		if !strings.Contains(l, "source=redis-server") {
+			continue
+		}
+		relayed++
+		switch {
+		case strings.Contains(l, "level=DEBUG "):
+		case strings.Contains(l, "level=WARN ") && strings.Contains(l, `msg="WARNING`): // a real warning, such as the memory overcommit advice
+		default:
+			t.Errorf("redis-server line relayed above debug: %s", l)
+		}
+	}
+	for _, want := range []string{`level=DEBUG msg="Redis version=`, `level=DEBUG msg="Ready to accept connections`} {
+		if !strings.Contains(sink.String(), want) && !strings.Contains(sink.String(), strings.Replace(want, "Ready", "The server is now ready", 1)) {
+			t.Errorf("log lacks %s:\n%s", want, sink.String())
+		}
+	}
+	if relayed < 3 {
+		t.Errorf("%d redis-server lines relayed:\n%s", relayed, sink.String())
 	}
 }
 

@@ -1,0 +1,490 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// schemaPath is the JSON Schema of rule files, for editors.
+const schemaPath = "../docs/rule-file.schema.json"
+
+// loadSchema reads the schema, numbers as json.Number.
+func loadSchema(t *testing.T) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(schemaPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s map[string]any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&s); err != nil {
+		t.Fatalf("%s: %v", schemaPath, err)
+	}
+	return s
+}
+
+// at returns the value at the path of keys in s, failing the test when
+// there is none.
+func at(t *testing.T, s any, keys ...string) any {
+	t.Helper()
+	for i, k := range keys {
+		m, ok := s.(map[string]any)
+		if !ok || m[k] == nil {
+			t.Fatalf("the schema has no %s", strings.Join(keys[:i+1], "."))
+		}
+		s = m[k]
+	}
+	return s
+}
+
+func sortedKeys(t *testing.T, s any, keys ...string) []string {
+	t.Helper()
+	m, ok := at(t, s, keys...).(map[string]any)
+	if !ok {
+		t.Fatalf("the schema's %s is not an object", strings.Join(keys, "."))
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+// TestSchemaMatchesTheParser: the schema names exactly the keys the parser
+// accepts at each level, the same on_error values, name and sha256
+// patterns, lease bound and required rule keys, so that it cannot drift
+// from what ruled reads.
+func TestSchemaMatchesTheParser(t *testing.T) {
+	s := loadSchema(t)
+	if got := at(t, s, "$schema"); got != "https://json-schema.org/draft/2020-12/schema" {
+		t.Errorf("$schema %v, want JSON Schema 2020-12", got)
+	}
+	for _, c := range []struct {
+		what string
+		path []string
+		want []string
+	}{
+		{"top-level keys", []string{"properties"}, topFields},
+		{"rule keys", []string{"$defs", "rule", "properties"}, ruleFields},
+		{"plugin declaration keys", []string{"$defs", "plugin", "properties"}, pluginFields},
+	} {
+		if got, want := sortedKeys(t, s, c.path...), slices.Sorted(slices.Values(c.want)); !slices.Equal(got, want) {
+			t.Errorf("%s: the schema has %v, the parser %v", c.what, got, want)
+		}
+	}
+	if got := sortedKeys(t, s, "patternProperties"); !slices.Equal(got, []string{"^x-"}) {
+		t.Errorf("top-level pattern keys %v, want the x- extension keys alone", got)
+	}
+	for _, path := range [][]string{{"additionalProperties"}, {"$defs", "rule", "additionalProperties"}, {"$defs", "plugin", "additionalProperties"}} {
+		if got := at(t, s, path...); got != false {
+			t.Errorf("%s is %v: unknown keys are errors for ruled", strings.Join(path, "."), got)
+		}
+	}
+	if got, want := fmt.Sprint(at(t, s, "$defs", "rule", "properties", "on_error", "enum")), fmt.Sprint([]OnError{OnErrorAllow, OnErrorDeny, OnErrorLocal}); got != want {
+		t.Errorf("on_error enum %s, want %s", got, want)
+	}
+	if got := fmt.Sprint(at(t, s, "$defs", "rule", "properties", "lease", "maximum")); got != strconv.Itoa(MaxLease) {
+		t.Errorf("lease maximum %s, want %d", got, MaxLease)
+	}
+
+	// The patterns agree with the parser's checks.
+	namePattern := regexp.MustCompile(at(t, s, "$defs", "name", "pattern").(string))
+	for _, name := range []string{"a", "per-ip", "a_b-9", "9lives", strings.Repeat("a", 63), strings.Repeat("a", 64), "",
+		"-a", "_a", "A", "per ip", "é", "a.b", "a\n"} {
+		if got, want := namePattern.MatchString(name), validName(name); got != want {
+			t.Errorf("name %q: the schema says %v, the parser %v", name, got, want)
+		}
+	}
+	shaPattern := regexp.MustCompile(at(t, s, "$defs", "plugin", "properties", "sha256", "pattern").(string))
+	for _, sum := range []string{strings.Repeat("a", 64), strings.Repeat("F", 64), strings.Repeat("0", 63), strings.Repeat("0", 65), strings.Repeat("g", 64)} {
+		// The parser lower-cases the pin before it checks it.
+		if got, want := shaPattern.MatchString(sum), isHex64(strings.ToLower(sum)); got != want {
+			t.Errorf("sha256 %q: the schema says %v, the parser %v", sum, got, want)
+		}
+	}
+
+	// A rule without a key the schema requires is a missing-field error,
+	// and only those.
+	required := map[string]bool{}
+	for _, k := range at(t, s, "$defs", "rule", "required").([]any) {
+		required[k.(string)] = true
+	}
+	full := map[string]string{"name": "a", "when": "true", "subject": "request.ip", "plugin": "fixedwindow",
+		"config": "{limit: 1, window: 1s}", "on_error": "deny", "shadow": "false", "stop": "false", "deny_cache": "true", "lease": "0"}
+	dir := t.TempDir()
+	for _, drop := range ruleFields {
+		var b strings.Builder
+		b.WriteString("rules:\n  -")
+		for _, k := range ruleFields {
+			if k != drop {
+				fmt.Fprintf(&b, " %s: %s\n   ", k, full[k])
+			}
+		}
+		path := filepath.Join(dir, drop+".yaml")
+		if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Parse(path)
+		var list ErrorList
+		errors.As(err, &list)
+		missing := slices.ContainsFunc(list, func(e *Error) bool { return e.Code == CodeMissingField })
+		if missing != required[drop] {
+			t.Errorf("without %s: parse error %v; the schema requires it: %v", drop, err, required[drop])
+		}
+	}
+}
+
+// shapeCodes are the parse errors a file's shape shows, which the schema
+// must catch too. The others (duplicate names, expressions, plugins'
+// configs) are beyond a schema.
+var shapeCodes = []string{CodeUnknownField, CodeMissingField, CodeBadValue, CodeBadName, CodeBadPlugin, CodeBadOnError}
+
+// schemaVerdict validates the YAML file content against the schema.
+func schemaVerdict(t *testing.T, schema map[string]any, content []byte) ([]string, error) {
+	t.Helper()
+	var doc any
+	if err := yaml.Unmarshal(content, &doc); err != nil {
+		return nil, err
+	}
+	// As JSON, the way editors see it.
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	val := &validator{root: schema}
+	errs := val.validate(schema, v, "")
+	if len(val.unsupported) > 0 {
+		t.Fatalf("the schema uses keywords this test cannot check: %v", val.unsupported)
+	}
+	return errs, nil
+}
+
+// parseVerdict parses the rule file at path and returns its shape errors.
+func parseVerdict(path string) []string {
+	_, err := Parse(path)
+	var out []string
+	var list ErrorList
+	errors.As(err, &list)
+	for _, e := range list {
+		if slices.Contains(shapeCodes, e.Code) {
+			out = append(out, e.Error())
+		}
+	}
+	return out
+}
+
+// isRuleFile reports whether YAML content is meant as a rule file: its
+// top-level mapping has plugins or rules.
+func isRuleFile(content []byte) bool {
+	var top map[string]any
+	if yaml.Unmarshal(content, &top) != nil {
+		return false
+	}
+	_, p := top["plugins"]
+	_, r := top["rules"]
+	return p || r
+}
+
+// yamlBlock matches a fenced YAML block of a Markdown file.
+var yamlBlock = regexp.MustCompile("(?ms)^```ya?ml\n(.*?)^```")
+
+// TestExampleRuleFilesAgreeWithTheSchema validates every rule file of the
+// repository (examples/, cmd/ruled/testdata/, rules/testdata/, and the
+// YAML blocks of the docs that are whole rule files) against the schema:
+// the schema accepts exactly the files ruled parses without a shape error.
+// The examples, meant to be valid, must be.
+func TestExampleRuleFilesAgreeWithTheSchema(t *testing.T) {
+	schema := loadSchema(t)
+	type sample struct {
+		name      string
+		content   []byte
+		mustPass  bool
+		fromDocs  bool
+		parsePath string
+	}
+	var samples []sample
+	for _, root := range []string{"../examples", "../cmd/ruled/testdata", "testdata"} {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() || (filepath.Ext(path) != ".yaml" && filepath.Ext(path) != ".yml") {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if isRuleFile(b) {
+				samples = append(samples, sample{name: path, content: b, mustPass: !strings.HasPrefix(path, "testdata"), parsePath: path})
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	docs, _ := filepath.Glob("../docs/*.md")
+	dir := t.TempDir()
+	for _, doc := range append(docs, "../README.md") {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range yamlBlock.FindAllSubmatch(b, -1) {
+			if !isRuleFile(m[1]) {
+				continue
+			}
+			path := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", filepath.Base(doc), i))
+			if err := os.WriteFile(path, m[1], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			samples = append(samples, sample{name: fmt.Sprintf("%s, YAML block %d", doc, i+1), content: m[1], fromDocs: true, parsePath: path})
+		}
+	}
+	var examples, fromDocs int
+	for _, s := range samples {
+		got, err := schemaVerdict(t, schema, s.content)
+		if err != nil {
+			t.Errorf("%s: %v", s.name, err)
+			continue
+		}
+		want := parseVerdict(s.parsePath)
+		if (len(got) == 0) != (len(want) == 0) {
+			t.Errorf("%s: the schema and the parser disagree:\n schema: %v\n parser: %v", s.name, got, want)
+		}
+		if s.mustPass && len(got) > 0 {
+			t.Errorf("%s: an example the schema rejects: %v", s.name, got)
+		}
+		if s.fromDocs {
+			fromDocs++
+		} else if s.mustPass {
+			examples++
+		}
+	}
+	if examples < 7 || fromDocs < 3 {
+		t.Errorf("validated %d example files and %d doc blocks; the walk misses some", examples, fromDocs)
+	}
+}
+
+// TestSchemaAgreesOnMistakes: for files with one mistake each, and their
+// fixed versions, the schema and the parser agree.
+func TestSchemaAgreesOnMistakes(t *testing.T) {
+	schema := loadSchema(t)
+	const good = "  - {name: a, subject: request.ip, plugin: fixedwindow, config: {limit: 1, window: 1s}}\n"
+	cases := map[string]bool{ // content → valid
+		"":                         true,
+		"# only a comment\n":       true,
+		"rules:\n":                 true,
+		"rules: []\nplugins: {}\n": true,
+		"x-defaults: &d {plugin: fixedwindow}\nrules:\n  - {<<: *d, name: a, subject: request.ip}\n": true,
+		"rules:\n" + good: true,
+		"rulez: []\n":     false,
+		"- a\n":           false,
+		"rules: {}\n":     false,
+		"rules:\n  - 1\n": false,
+		"rules:\n  - {subject: request.ip, plugin: fixedwindow}\n":                           false,
+		"rules:\n  - {name: a, plugin: fixedwindow}\n":                                       false,
+		"rules:\n  - {name: a, subject: request.ip}\n":                                       false,
+		"rules:\n  - {name: A, subject: request.ip, plugin: fixedwindow}\n":                  false,
+		"rules:\n  - {name: a, subjet: request.ip, plugin: fixedwindow}\n":                   false,
+		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, on_error: maybe}\n": false,
+		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, on_error: local}\n": true,
+		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, shadow: yes}\n":     false,
+		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, stop: true}\n":      true,
+		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, lease: -1}\n":       false,
+		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, lease: 1000001}\n":  false,
+		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, lease: 1000000}\n":  true,
+		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, config: [1]}\n":     false,
+		"plugins:\n  mine: {wasm: m.wasm}\n":                                                 true,
+		"plugins:\n  mine: {wasm: m.wasm, process: ./m}\n":                                   false,
+		"plugins:\n  mine: {sha256: " + strings.Repeat("a", 64) + "}\n":                      false,
+		"plugins:\n  mine: {process: ./m, sha256: " + strings.Repeat("a", 64) + "}\n":        true,
+		"plugins:\n  mine: {process: ./m, sha256: abc}\n":                                    false,
+		"plugins:\n  mine: {process: ./m, checksum: abc}\n":                                  false,
+		"plugins:\n  Mine: {process: ./m}\n":                                                 false,
+		"plugins:\n  mine: ./m\n":                                                            false,
+	}
+	dir := t.TempDir()
+	i := 0
+	for content, valid := range cases {
+		i++
+		path := filepath.Join(dir, fmt.Sprintf("%d.yaml", i))
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := schemaVerdict(t, schema, []byte(content))
+		if err != nil {
+			t.Fatalf("%q: %v", content, err)
+		}
+		want := parseVerdict(path)
+		if (len(got) == 0) != valid || (len(want) == 0) != valid {
+			t.Errorf("%q: want valid=%v; schema says %v, parser %v", content, valid, got, want)
+		}
+	}
+}
+
+// validator checks a JSON value against a JSON Schema 2020-12 that uses
+// only the keywords it knows; any other keyword is recorded in unsupported
+// (the test then fails rather than pass unchecked).
+type validator struct {
+	root        map[string]any
+	unsupported []string
+}
+
+func (v *validator) validate(schema, x any, path string) []string {
+	if b, ok := schema.(bool); ok {
+		if !b {
+			return []string{path + ": not allowed"}
+		}
+		return nil
+	}
+	s := schema.(map[string]any)
+	var errs []string
+	fail := func(format string, args ...any) { errs = append(errs, path+": "+fmt.Sprintf(format, args...)) }
+	obj, isObj := x.(map[string]any)
+	for kw, arg := range s {
+		switch kw {
+		case "$schema", "$id", "$comment", "$defs", "title", "description", "default", "examples":
+		case "$ref":
+			ref := strings.TrimPrefix(arg.(string), "#/$defs/")
+			def, ok := v.root["$defs"].(map[string]any)[ref]
+			if !ok {
+				v.unsupported = append(v.unsupported, "$ref "+arg.(string))
+				continue
+			}
+			errs = append(errs, v.validate(def, x, path)...)
+		case "type":
+			types := []any{arg}
+			if l, ok := arg.([]any); ok {
+				types = l
+			}
+			if !slices.ContainsFunc(types, func(t any) bool { return hasType(x, t.(string)) }) {
+				fail("want %v, got %T", arg, x)
+			}
+		case "enum":
+			if !slices.ContainsFunc(arg.([]any), func(e any) bool { return reflect.DeepEqual(e, x) }) {
+				fail("want one of %v, got %v", arg, x)
+			}
+		case "pattern":
+			if str, ok := x.(string); ok && !regexp.MustCompile(arg.(string)).MatchString(str) {
+				fail("%q does not match %s", str, arg)
+			}
+		case "minLength":
+			n, _ := strconv.Atoi(string(arg.(json.Number)))
+			if str, ok := x.(string); ok && utf8.RuneCountInString(str) < n {
+				fail("shorter than %d", n)
+			}
+		case "minimum", "maximum":
+			num, ok := x.(json.Number)
+			if !ok {
+				continue
+			}
+			f, _ := num.Float64()
+			bound, _ := arg.(json.Number).Float64()
+			if kw == "minimum" && f < bound || kw == "maximum" && f > bound {
+				fail("%v is out of range (%s %v)", num, kw, bound)
+			}
+		case "required":
+			for _, k := range arg.([]any) {
+				if _, ok := obj[k.(string)]; isObj && !ok {
+					fail("%s is required", k)
+				}
+			}
+		case "properties":
+			for k, sub := range arg.(map[string]any) {
+				if val, ok := obj[k]; isObj && ok {
+					errs = append(errs, v.validate(sub, val, path+"/"+k)...)
+				}
+			}
+		case "patternProperties":
+			for pat, sub := range arg.(map[string]any) {
+				for k, val := range obj {
+					if regexp.MustCompile(pat).MatchString(k) {
+						errs = append(errs, v.validate(sub, val, path+"/"+k)...)
+					}
+				}
+			}
+		case "additionalProperties":
+			props, _ := s["properties"].(map[string]any)
+			pats, _ := s["patternProperties"].(map[string]any)
+		keys:
+			for k, val := range obj {
+				if _, ok := props[k]; ok {
+					continue
+				}
+				for p := range pats {
+					if regexp.MustCompile(p).MatchString(k) {
+						continue keys
+					}
+				}
+				errs = append(errs, v.validate(arg, val, path+"/"+k)...)
+			}
+		case "propertyNames":
+			for k := range obj {
+				errs = append(errs, v.validate(arg, k, path+"/"+k+" (name)")...)
+			}
+		case "items":
+			if l, ok := x.([]any); ok {
+				for i, item := range l {
+					errs = append(errs, v.validate(arg, item, fmt.Sprintf("%s/%d", path, i))...)
+				}
+			}
+		case "oneOf", "anyOf":
+			n := 0
+			for _, sub := range arg.([]any) {
+				if len(v.validate(sub, x, path)) == 0 {
+					n++
+				}
+			}
+			if kw == "oneOf" && n != 1 || kw == "anyOf" && n == 0 {
+				fail("%s: %d of the alternatives match", kw, n)
+			}
+		default:
+			v.unsupported = append(v.unsupported, kw)
+		}
+	}
+	return errs
+}
+
+// hasType reports whether the JSON value x is of the JSON Schema type t.
+func hasType(x any, t string) bool {
+	switch x := x.(type) {
+	case nil:
+		return t == "null"
+	case bool:
+		return t == "boolean"
+	case string:
+		return t == "string"
+	case []any:
+		return t == "array"
+	case map[string]any:
+		return t == "object"
+	case json.Number:
+		if t == "number" {
+			return true
+		}
+		f, err := x.Float64()
+		return t == "integer" && err == nil && f == math.Trunc(f)
+	}
+	return false
+}
