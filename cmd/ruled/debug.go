@@ -75,15 +75,17 @@ func logPlugins(log *slog.Logger, e *host.Engine, driver string) (stopped func()
 	}
 }
 
-// logStatusPage says where the status page is and how it is reached.
-func logStatusPage(log *slog.Logger, addr net.Addr, token bool) {
-	url := "http://" + addr.String() + "/ui/"
+// logStatusPage says where the status page is and how it is reached;
+// scheme is the listener's, http or https.
+func logStatusPage(log *slog.Logger, scheme string, addr net.Addr, token bool) {
+	base := scheme + "://" + addr.String()
+	url, metrics := base+"/ui/", base+"/metrics"
 	switch {
 	case token:
-		log.Info("status page", "url", url+"#token=<admin token>", "metrics", "http://"+addr.String()+"/metrics")
+		log.Info("status page", "url", url+"#token=<admin token>", "metrics", metrics)
 	case loopbackAddr(addr):
-		log.Info("status page (loopback, no token)", "url", url, "metrics", "http://"+addr.String()+"/metrics")
+		log.Info("status page (loopback, no token)", "url", url, "metrics", metrics)
 	default:
-		log.Info("status page off: it needs --admin-token on a non-loopback address", "metrics", "http://"+addr.String()+"/metrics")
+		log.Info("status page off: it needs --admin-token on a non-loopback address", "metrics", metrics)
 	}
 }

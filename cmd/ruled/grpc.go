@@ -1,10 +1,14 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/ruled-dev/ruled/host/grpcapi"
 )
@@ -13,11 +17,12 @@ import (
 // remaining calls are cut.
 const grpcStopTimeout = 10 * time.Second
 
-// startGRPC serves Envoy's rate limit service on addr. It returns a stop
-// function (graceful, bounded by grpcStopTimeout) and a channel that
-// receives the error that ends serving. With an empty addr nothing starts:
-// stop does nothing and the channel never receives.
-func startGRPC(addr string, c grpcapi.Checker, log *slog.Logger) (stop func(), served <-chan error, err error) {
+// startGRPC serves Envoy's rate limit service on addr, over TLS with
+// tlsConf when it is not nil. It returns a stop function (graceful, bounded
+// by grpcStopTimeout) and a channel that receives the error that ends
+// serving. With an empty addr nothing starts: stop does nothing and the
+// channel never receives.
+func startGRPC(addr string, tlsConf *tls.Config, c grpcapi.Checker, log *slog.Logger) (stop func(), served <-chan error, err error) {
 	if addr == "" {
 		return func() {}, nil, nil
 	}
@@ -25,10 +30,14 @@ func startGRPC(addr string, c grpcapi.Checker, log *slog.Logger) (stop func(), s
 	if err != nil {
 		return nil, nil, fmt.Errorf("grpc listen on %s: %w", addr, err)
 	}
-	srv := grpcapi.NewServer(c, log)
+	var opts []grpc.ServerOption
+	if tlsConf != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	}
+	srv := grpcapi.NewServer(c, log, opts...)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
-	log.Info("ruled serving gRPC (Envoy rate limit service)", "listen", ln.Addr().String())
+	log.Info("ruled serving gRPC (Envoy rate limit service)", "listen", ln.Addr().String(), "tls", tlsConf != nil)
 	stop = func() {
 		stopped := make(chan struct{})
 		go func() { srv.GracefulStop(); close(stopped) }()

@@ -80,6 +80,31 @@ func TestServeRefusesBadRulesWithTheSameList(t *testing.T) {
 	}
 }
 
+// TestServeRefusesBadRulesInJSONLogs: with --log-format json the refusal
+// is JSON too, one line per error, so that a log pipeline keeps every one.
+func TestServeRefusesBadRulesInJSONLogs(t *testing.T) {
+	path := writeFile(t, t.TempDir(), "bad.yaml", badRules)
+	var checkOut, serveOut, out bytes.Buffer
+	run(context.Background(), []string{"check", path}, &out, &checkOut)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if code := run(ctx, []string{"serve", "--rules", path, "--listen", "127.0.0.1:0", "--log-format", "json"}, &out, &serveOut); code != 1 {
+		t.Fatalf("serve exit %d, want 1", code)
+	}
+	nErr := 0
+	for line := range strings.Lines(serveOut.String()) {
+		if err := uniqueKeys(line); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if strings.Contains(line, `"msg":"rules error"`) {
+			nErr++
+		}
+	}
+	if want := strings.Count(checkOut.String(), "bad.yaml:"); nErr != want || want == 0 {
+		t.Fatalf("%d rules error lines, want one per error of ruled check (%d):\n%s", nErr, want, serveOut.String())
+	}
+}
+
 func TestCheckAcceptsTheExamples(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"check", "../../examples/rules"}, &out, &errOut); code != 0 {

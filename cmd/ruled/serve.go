@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,9 @@ type serveConfig struct {
 	debugListen  string
 	builtins     string
 	pluginsDir   string
+	tlsCert      string
+	tlsKey       string
+	tlsClientCA  string
 
 	trustedProxies []netip.Prefix
 }
@@ -69,6 +73,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.debugListen, "debug-listen", "", "listen address for pprof under /debug/pprof/, apart from the API (off when empty; keep it on loopback)")
 	fs.StringVar(&c.builtins, "builtins", builtinsNative, "how the built-in plugins run: native (linked in) or wasm (each through the Wasm driver, from --plugins-dir)")
 	fs.StringVar(&c.pluginsDir, "plugins-dir", "bin/plugins", "directory of the built-ins' Wasm modules NAME.wasm for --builtins=wasm (make plugins writes them)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM certificate chain: serve --listen and --grpc-listen over TLS (needs --tls-key; reread on SIGHUP)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key of --tls-cert (reread on SIGHUP)")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates that chain to it on both listeners (needs --tls-cert; reread on SIGHUP)")
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
 	}
@@ -78,6 +85,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := checkBuiltinsFlag(c.builtins); err != nil {
+		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
+		return 2
+	}
+	if _, _, err := tlsFiles(c); err != nil {
 		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
 		return 2
 	}
@@ -116,11 +127,27 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 }
 
+// reportRuleErrors reports the errors of rules that refuse to serve: one
+// log line each when the log is JSON, so that the stream stays JSON, else
+// one plain line each, as ruled check prints them.
+func reportRuleErrors(c serveConfig, log *slog.Logger, stderr io.Writer, err error) {
+	if c.logFormat == "json" {
+		host.LogRuleErrors(log, "rules error", err)
+		return
+	}
+	printRuleErrors(stderr, err)
+}
+
 func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.Writer) error {
 	// Validate the rules before anything starts: a bad file refuses to serve.
 	if err := prevalidateRules(c.rules); err != nil {
-		printRuleErrors(stderr, err)
+		reportRuleErrors(c, log, stderr, err)
 		return fmt.Errorf("rules in %s are invalid", c.rules)
+	}
+	// Read the key pair before anything starts: a bad one refuses to serve.
+	certs, err := loadTLS(c, log)
+	if err != nil {
+		return err
 	}
 
 	m := metrics.New(metrics.Options{Version: version})
@@ -165,7 +192,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	defer logPlugins(log, engine, c.builtins)()
 	set, err := engine.Load(c.rules)
 	if err != nil {
-		printRuleErrors(stderr, err)
+		reportRuleErrors(c, log, stderr, err)
 		return fmt.Errorf("rules in %s are invalid", c.rules)
 	}
 	log.Info("rules loaded", "path", c.rules, "rules", len(set.Rules()))
@@ -211,11 +238,31 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		Stats:          m.StatusFunc(st.Describe(), ready),
 		LoopbackStatus: c.adminToken == "" && loopbackAddr(ln.Addr()),
 	}))
+	// net/http's own lines (a failed TLS handshake, a handler's panic) go
+	// to the daemon's log, in its format.
+	srv.ErrorLog = slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)
+	var grpcTLS *tls.Config
+	if certs != nil {
+		// Both protocols over TLS, and the same ones as net/http's default, so
+		// that ALPN (from the per-handshake configuration) and the server agree.
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetHTTP2(true)
+		srv.Protocols = &p
+		srv.TLSConfig = certs.ServerConfig("h2", "http/1.1")
+		grpcTLS = certs.ServerConfig("h2")
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("ruled serving", "listen", ln.Addr().String(), "version", version)
-	logStatusPage(log, ln.Addr(), c.adminToken != "")
-	stopGRPC, grpcServed, err := startGRPC(c.grpcListen, engine, log)
+	go func() {
+		if certs != nil {
+			served <- srv.ServeTLS(ln, "", "") // the certificate comes from srv.TLSConfig
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
+	log.Info("ruled serving", "listen", ln.Addr().String(), "tls", certs != nil, "version", version)
+	logStatusPage(log, scheme(certs), ln.Addr(), c.adminToken != "")
+	stopGRPC, grpcServed, err := startGRPC(c.grpcListen, grpcTLS, engine, log)
 	if err != nil {
 		_ = srv.Close()
 		return err
@@ -243,6 +290,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	for {
 		select {
 		case <-hup:
+			reloadTLS(certs, log) // new handshakes on both listeners; open connections keep theirs
 			_, _ = engine.ReloadFrom("SIGHUP")
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
