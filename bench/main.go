@@ -20,6 +20,18 @@
 //
 //	go run ./bench -duration 5s -concurrency 64 -rounds 3
 //
+// # A/B
+//
+// With -ab it compares builds of ruled: one `ruled serve` per LABEL=BINARY,
+// all against one private redis-server and all loaded at once in each round
+// (-concurrency connections shared between them), and reports each one's
+// CPU time per check and its ratio to the first build's in the same round.
+// Timed slices one daemon after another are too noisy on a shared machine
+// for differences of a few percent; loaded together, two daemons of the same
+// binary land within 1 %. Name one binary twice to see that floor:
+//
+//	go run ./bench -ab old=/tmp/ruled-old,new=/tmp/ruled-new,same=/tmp/ruled-old -concurrency 66 -rounds 20 -duration 3s
+//
 // # Drivers
 //
 // With -drivers it measures the plugin drivers instead (issue 18), each in
@@ -112,6 +124,8 @@ type config struct {
 	drivers     bool          // the drivers mode instead of the in-process scenarios
 	lowDuration time.Duration // the drivers mode's low-load pass
 	json        bool          // the drivers mode's report as JSON
+
+	ab string // the A/B mode's LABEL=BINARY list
 }
 
 func main() {
@@ -126,6 +140,7 @@ func main() {
 	flag.BoolVar(&c.drivers, "drivers", false, "measure the plugin drivers, each in a ruled serve daemon over HTTP (see the package comment)")
 	flag.DurationVar(&c.lowDuration, "low-duration", 2*time.Second, "with -drivers: how long each round's low-load pass (one connection) runs per scenario")
 	flag.BoolVar(&c.json, "json", false, "with -drivers: write the report as JSON")
+	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if c.rounds < 1 {
@@ -142,7 +157,10 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	runMode := run
-	if c.drivers {
+	switch {
+	case c.ab != "":
+		runMode = runAB
+	case c.drivers:
 		runMode = runDrivers
 	}
 	if err := runMode(c); err != nil {

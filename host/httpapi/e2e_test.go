@@ -324,7 +324,7 @@ func TestBatchAnswersInOrder(t *testing.T) {
 	if len(out.Results) != 6 || allowed != 3 || out.Results[5].Results[0].Subject != "192.0.2.10" || !out.Results[5].Allowed {
 		t.Fatalf("batch answer %s", body)
 	}
-	if resp, body := f.do(t, "POST", "/v1/check/batch", "", `{"checks": [{}, {"hits": "x"}]}`, nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "checks.hits") {
+	if resp, body := f.do(t, "POST", "/v1/check/batch", "", `{"checks": [{}, {"hits": "x"}]}`, nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "checks[1].hits: want an integer") {
 		t.Fatalf("bad batch: %d %s", resp.StatusCode, body)
 	}
 }
