@@ -861,6 +861,12 @@ export function configure(p: usize, end: usize, out: Buf): Config | null {
     out.int(limit);
     out.endNested(m);
   }
+  if (limit >= 9007199254740992) { // 2^53: Lua counts exactly below it
+    const m = problem(out, "limit");
+    out.ascii("must be below 2^53, got ");
+    out.int(limit);
+    out.endNested(m);
+  }
   if (window < 1_000_000) {
     const m = problem(out, "window");
     out.ascii("must be at least 1ms, got ");
