@@ -2,29 +2,15 @@ package proxies_test
 
 import (
 	"bytes"
-	"context"
-	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/host/capability"
-	"github.com/ruled-dev/ruled/host/httpapi"
-	"github.com/ruled-dev/ruled/internal/redistest"
-	"github.com/ruled-dev/ruled/plugins/builtin"
 )
 
 // The addresses caddy/Caddyfile names, replaced by the test's own.
@@ -122,80 +108,20 @@ func startCaddy(t *testing.T, bin, ruled, app string) string {
 // a fail-closed 503 passes too; with ruled down Caddy answers 502.
 func TestCaddyForwardAuth(t *testing.T) {
 	bin := findCaddy(t)
-	rs := redistest.Start(t)
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = rc.Close() })
-	e, err := host.NewEngine(host.Options{Capability: capability.New(rc, capability.Options{Timeout: 500 * time.Millisecond}), Plugins: builtin.All()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The same rules as the nginx test: they tell the method and path
-	// apart, so they show that X-Forwarded-Method and -Uri reach ruled.
-	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(rulesPath, []byte(nginxRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Load(rulesPath); err != nil {
-		t.Fatal(err)
-	}
-	var checks atomic.Int64
-	api := httpapi.New(httpapi.Options{Checker: e})
-	ruled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		checks.Add(1)
-		api.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ruled.Close)
-
-	var reached atomic.Int64
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		reached.Add(1)
-		fmt.Fprintf(w, "app: %s %s\n", r.Method, r.URL.RequestURI())
-	}))
-	t.Cleanup(app.Close)
-
-	base := startCaddy(t, bin, strings.TrimPrefix(ruled.URL, "http://"), strings.TrimPrefix(app.URL, "http://"))
-	hc := &http.Client{Timeout: 5 * time.Second}
-	do := func(method, path string) (*http.Response, string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(context.Background(), method, base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
-	expect := func(resp *http.Response, body string, status int, hdr map[string]string) {
-		t.Helper()
-		if resp.StatusCode != status {
-			t.Fatalf("%s %s: status %d, want %d; body %q; headers %v", resp.Request.Method, resp.Request.URL.Path, resp.StatusCode, status, body, resp.Header)
-		}
-		// want: "*" present, "" absent, anything else a prefix.
-		for k, want := range hdr {
-			got := resp.Header.Get(k)
-			ok := (want == "*" && got != "") || (want == "" && got == "") ||
-				(want != "*" && want != "" && strings.HasPrefix(got, want))
-			if !ok {
-				t.Fatalf("%s %s: header %s %q, want %q; headers %v", resp.Request.Method, resp.Request.URL.Path, k, got, want, resp.Header)
-			}
-		}
-	}
-	noLimitHeaders := map[string]string{"RateLimit": "", "RateLimit-Policy": "", "Retry-After": ""}
+	b := startBackends(t, nginxRules)
+	base := startCaddy(t, bin, strings.TrimPrefix(b.ruled.URL, "http://"), strings.TrimPrefix(b.app.URL, "http://"))
+	c := newProxyClient(t, base)
 
 	// The method and path reach ruled from X-Forwarded-Method and -Uri:
 	// one POST /login a minute. The application gets the client's own
 	// request, query included, without ruled's headers.
-	resp, body := do("POST", "/login?next=/home")
-	expect(resp, body, 200, noLimitHeaders)
+	resp, body := c.do("POST", "/login?next=/home")
+	c.expect(resp, body, 200, noLimitHeaders)
 	if body != "app: POST /login?next=/home\n" {
 		t.Fatalf("the application answered %q", body)
 	}
-	resp, body = do("POST", "/login")
-	expect(resp, body, 429, map[string]string{"Retry-After": "*", "RateLimit-Policy": `"login";q=1;w=60`, "RateLimit": `"login";r=0;`})
+	resp, body = c.do("POST", "/login")
+	c.expect(resp, body, 429, map[string]string{"Retry-After": "*", "RateLimit-Policy": `"login";q=1;w=60`, "RateLimit": `"login";r=0;`})
 	if body != "too many requests\n" {
 		t.Fatalf("429 body %q", body)
 	}
@@ -203,40 +129,40 @@ func TestCaddyForwardAuth(t *testing.T) {
 		t.Fatalf("Retry-After %q, want 1 to 60 seconds", resp.Header.Get("Retry-After"))
 	}
 	// No rule matches GET /login: allowed.
-	resp, body = do("GET", "/login")
-	expect(resp, body, 200, noLimitHeaders)
+	resp, body = c.do("GET", "/login")
+	c.expect(resp, body, 200, noLimitHeaders)
 	if body != "app: GET /login\n" {
 		t.Fatalf("the application answered %q", body)
 	}
 
 	// Three requests a minute for the rest.
 	for i := 1; i <= 3; i++ {
-		resp, body = do("GET", "/api/items")
-		expect(resp, body, 200, noLimitHeaders)
+		resp, body = c.do("GET", "/api/items")
+		c.expect(resp, body, 200, noLimitHeaders)
 	}
-	resp, body = do("GET", "/api/items")
-	expect(resp, body, 429, map[string]string{"Retry-After": "*", "RateLimit-Policy": `"per-ip";q=3;w=60`, "RateLimit": `"per-ip";r=0;`})
-	if n := reached.Load(); n != 5 {
+	resp, body = c.do("GET", "/api/items")
+	c.expect(resp, body, 429, map[string]string{"Retry-After": "*", "RateLimit-Policy": `"per-ip";q=3;w=60`, "RateLimit": `"per-ip";r=0;`})
+	if n := b.reached.Load(); n != 5 {
 		t.Fatalf("the application saw %d requests, want 5", n)
 	}
 	// Every request was checked, the denied ones too.
-	if n := checks.Load(); n != 7 {
+	if n := b.checks.Load(); n != 7 {
 		t.Fatalf("ruled saw %d checks, want 7", n)
 	}
 
 	// Redis gone: the on_error: deny rule fails closed, and Caddy passes
 	// ruled's 503 on.
-	rs.Kill()
-	resp, body = do("GET", "/guarded")
-	expect(resp, body, 503, map[string]string{"Retry-After": "*"})
+	b.redis.Kill()
+	resp, body = c.do("GET", "/guarded")
+	c.expect(resp, body, 503, map[string]string{"Retry-After": "*"})
 	if body != "rate limiter unavailable\n" {
 		t.Fatalf("503 body %q", body)
 	}
 	// ruled gone: forward_auth fails closed with 502.
-	ruled.Close()
-	resp, body = do("GET", "/api/items")
-	expect(resp, body, 502, noLimitHeaders)
-	if n := reached.Load(); n != 5 {
+	b.ruled.Close()
+	resp, body = c.do("GET", "/api/items")
+	c.expect(resp, body, 502, noLimitHeaders)
+	if n := b.reached.Load(); n != 5 {
 		t.Fatalf("the application saw %d requests, want 5", n)
 	}
 }

@@ -1,0 +1,113 @@
+package proxies_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/httpapi"
+	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+)
+
+// backends are what a proxy under test stands in front of: ruled's HTTP
+// API over an engine on a real redis-server, and an application that
+// echoes the request it got. Both count what reaches them.
+type backends struct {
+	redis   *redistest.Server
+	ruled   *httptest.Server
+	app     *httptest.Server
+	checks  atomic.Int64 // requests ruled answered
+	reached atomic.Int64 // requests the application answered
+}
+
+// startBackends serves rulesText from ruled, and an application that
+// answers "app: METHOD URI".
+func startBackends(t *testing.T, rulesText string) *backends {
+	t.Helper()
+	b := &backends{redis: redistest.Start(t)}
+	rc := redis.NewClient(&redis.Options{Addr: b.redis.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rc.Close() })
+	e, err := host.NewEngine(host.Options{Capability: capability.New(rc, capability.Options{Timeout: 500 * time.Millisecond}), Plugins: builtin.All()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(rulesText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Load(rulesPath); err != nil {
+		t.Fatal(err)
+	}
+	api := httpapi.New(httpapi.Options{Checker: e})
+	b.ruled = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.checks.Add(1)
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(b.ruled.Close)
+	b.app = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.reached.Add(1)
+		fmt.Fprintf(w, "app: %s %s\n", r.Method, r.URL.RequestURI())
+	}))
+	t.Cleanup(b.app.Close)
+	return b
+}
+
+// proxyClient asks a proxy at base and checks its answers.
+type proxyClient struct {
+	t    *testing.T
+	base string
+	hc   *http.Client
+}
+
+func newProxyClient(t *testing.T, base string) *proxyClient {
+	return &proxyClient{t: t, base: base, hc: &http.Client{Timeout: 5 * time.Second}}
+}
+
+// do makes one request through the proxy and returns the answer and body.
+func (c *proxyClient) do(method, path string) (*http.Response, string) {
+	c.t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, c.base+path, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// expect checks an answer's status and headers. A wanted header value of
+// "*" means present, "" absent, anything else a prefix of the value.
+func (c *proxyClient) expect(resp *http.Response, body string, status int, hdr map[string]string) {
+	c.t.Helper()
+	if resp.StatusCode != status {
+		c.t.Fatalf("%s %s: status %d, want %d; body %q; headers %v", resp.Request.Method, resp.Request.URL.Path, resp.StatusCode, status, body, resp.Header)
+	}
+	for k, want := range hdr {
+		got := resp.Header.Get(k)
+		ok := (want == "*" && got != "") || (want == "" && got == "") ||
+			(want != "*" && want != "" && strings.HasPrefix(got, want))
+		if !ok {
+			c.t.Fatalf("%s %s: header %s %q, want %q; headers %v", resp.Request.Method, resp.Request.URL.Path, k, got, want, resp.Header)
+		}
+	}
+}
+
+// noLimitHeaders are the headers of an answer ruled did not limit.
+var noLimitHeaders = map[string]string{"RateLimit": "", "RateLimit-Policy": "", "Retry-After": ""}
