@@ -2,7 +2,6 @@ package proxies_test
 
 import (
 	"bytes"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // The addresses caddy/Caddyfile names, replaced by the test's own.
@@ -64,40 +62,7 @@ func startCaddy(t *testing.T, bin, ruled, app string) string {
 		"XDG_CACHE_HOME="+filepath.Join(dir, "cache"),
 	)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting caddy: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("caddy output:\n%s", out.String())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("caddy exited: %v\n%s", err, out.String())
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond); err == nil {
-			c.Close()
-			return "http://" + listen
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("caddy not listening on %s after 10s\n%s", listen, out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return runProxy(t, "caddy", cmd, syscall.SIGTERM, listen, out.String)
 }
 
 // TestCaddyForwardAuth: Caddy with caddy/Caddyfile in front of an

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -111,3 +113,45 @@ func (c *proxyClient) expect(resp *http.Response, body string, status int, hdr m
 
 // noLimitHeaders are the headers of an answer ruled did not limit.
 var noLimitHeaders = map[string]string{"RateLimit": "", "RateLimit-Policy": "", "Retry-After": ""}
+
+// runProxy starts a proxy's cmd, stops it with stop when the test ends
+// (killing it after 5 s), and waits up to 10 s for it to listen on listen;
+// it returns the proxy's base URL. logs is what the proxy wrote, shown when
+// it fails to start or the test fails.
+func runProxy(t *testing.T, name string, cmd *exec.Cmd, stop os.Signal, listen string, logs func() string) string {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(stop)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, logs())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("%s exited: %v\n%s", name, err, logs())
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond); err == nil {
+			c.Close()
+			return "http://" + listen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not listening on %s after 10s\n%s", name, listen, logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 const nginxRules = `rules:
@@ -92,44 +91,11 @@ func startNginx(t *testing.T, bin, ruled, app string) string {
 	cmd := exec.Command(bin, "-p", dir+"/", "-c", path, "-e", errLog,
 		"-g", fmt.Sprintf("daemon off; master_process off; pid %s;", filepath.Join(dir, "nginx.pid")))
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting nginx: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	logs := func() string {
 		b, _ := os.ReadFile(errLog)
 		return out.String() + string(b)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("nginx logs:\n%s", logs())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("nginx exited: %v\n%s", err, logs())
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond); err == nil {
-			c.Close()
-			return "http://" + listen
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx not listening on %s after 10s\n%s", listen, logs())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return runProxy(t, "nginx", cmd, syscall.SIGQUIT, listen, logs)
 }
 
 // TestNginxAuthRequest: nginx with nginx/nginx.conf in front of an
