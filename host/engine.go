@@ -66,6 +66,11 @@ type RuleResult struct {
 	cached bool // answered by the deny cache
 }
 
+// ReportsLimit reports whether the result is a limit to tell clients of
+// (RateLimit fields, RLS statuses): an enforcing rule, not shadow, whose
+// plugin reported a limit.
+func (rr *RuleResult) ReportsLimit() bool { return !rr.Shadow && rr.Limit > 0 }
+
 // badRequest reports whether the plugin refused the request as bad input:
 // the only result with an error that is not degraded.
 func (rr *RuleResult) badRequest() bool { return rr.Err != nil && rr.Degraded == DegradedNone }
@@ -87,12 +92,14 @@ type Result struct {
 	Results []RuleResult
 }
 
-// Policy returns the most restrictive non-shadow result, the one whose
-// numbers the RateLimit headers report, and false when there is none.
+// Policy returns the most restrictive non-shadow result with a limit (a
+// denying rule with the longest retry-after, else the one with the fewest
+// remaining), the one an Envoy RLS descriptor status reports, and false
+// when there is none.
 func (r *Result) Policy() (RuleResult, bool) {
 	best, found := RuleResult{}, false
 	for _, rr := range r.Results {
-		if rr.Shadow || rr.Limit <= 0 {
+		if !rr.ReportsLimit() {
 			continue
 		}
 		if !found || moreRestrictive(rr, best) {

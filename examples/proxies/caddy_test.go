@@ -11,47 +11,13 @@ import (
 	"testing"
 )
 
-// The addresses caddy/Caddyfile names, replaced by the test's own.
-const (
-	caddyConfSite  = "127.0.0.1:8000"
-	caddyConfRuled = "127.0.0.1:8080"
-	caddyConfApp   = "127.0.0.1:9000"
-)
-
-// findCaddy looks on PATH (Debian's caddy package installs /usr/bin/caddy).
-// A missing caddy fails the test, as a missing nginx does.
-func findCaddy(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("caddy"); err == nil {
-		return p
-	}
-	t.Fatal("caddy is not installed: run scripts/deps.sh (it installs Debian's caddy package), or apt-get install caddy")
-	return ""
-}
-
 // startCaddy runs examples/proxies/caddy/Caddyfile with the test's
 // addresses and nothing else changed. The Caddyfile itself turns the admin
 // endpoint and automatic HTTPS off; HOME and the XDG directories point into
 // a temporary directory, so Caddy's storage and autosaved config stay there.
 func startCaddy(t *testing.T, bin, ruled, app string) string {
 	t.Helper()
-	conf, err := os.ReadFile("caddy/Caddyfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(conf)
-	for _, want := range []string{caddyConfSite, caddyConfRuled, caddyConfApp, "admin off", "auto_https off"} {
-		if !strings.Contains(text, want) {
-			t.Fatalf("Caddyfile no longer contains %q", want)
-		}
-	}
-	listen := freeAddr(t)
-	text = strings.NewReplacer(caddyConfSite, listen, caddyConfRuled, ruled, caddyConfApp, app).Replace(text)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, path, listen := writeExampleConfig(t, "caddy/Caddyfile", ruled, app, "admin off", "auto_https off")
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "run", "--adapter", "caddyfile", "--config", path)
 	cmd.Dir = dir
@@ -72,7 +38,7 @@ func startCaddy(t *testing.T, bin, ruled, app string) string {
 // Retry-After, RateLimit and RateLimit-Policy and ruled's body through Caddy;
 // a fail-closed 503 passes too; with ruled down Caddy answers 502.
 func TestCaddyForwardAuth(t *testing.T) {
-	bin := findCaddy(t)
+	bin := findProxy(t, "caddy") // Debian's caddy package installs /usr/bin/caddy
 	b := startBackends(t, nginxRules)
 	base := startCaddy(t, bin, strings.TrimPrefix(b.ruled.URL, "http://"), strings.TrimPrefix(b.app.URL, "http://"))
 	c := newProxyClient(t, base)

@@ -155,3 +155,56 @@ func runProxy(t *testing.T, name string, cmd *exec.Cmd, stop os.Signal, listen s
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The addresses every example proxy configuration names: where the proxy
+// listens, ruled, and the application. Tests replace them with their own.
+const (
+	confProxy = "127.0.0.1:8000"
+	confRuled = "127.0.0.1:8080"
+	confApp   = "127.0.0.1:9000"
+)
+
+// findProxy looks for a proxy's binary on PATH, then in dirs. A missing
+// proxy fails the test: CI installs it (scripts/deps.sh test).
+func findProxy(t *testing.T, name string, dirs ...string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, d := range dirs {
+		if p := filepath.Join(d, name); fileExists(p) {
+			return p
+		}
+	}
+	t.Fatalf("%s is not installed: run scripts/deps.sh (it installs Debian's %s package), or apt-get install %s", name, name, name)
+	return ""
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// writeExampleConfig copies the example configuration at example into a new
+// temporary directory, with the proxy on a free loopback address and ruled
+// and app for the example's own, and returns the copy's directory, its path
+// and the proxy's address. It fails the test if the example no longer
+// names one of the addresses, or no longer contains a line of mustHave.
+func writeExampleConfig(t *testing.T, example, ruled, app string, mustHave ...string) (dir, path, listen string) {
+	t.Helper()
+	conf, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(conf)
+	for _, want := range append([]string{confProxy, confRuled, confApp}, mustHave...) {
+		if !strings.Contains(text, want) {
+			t.Fatalf("%s no longer contains %q", example, want)
+		}
+	}
+	listen = freeAddr(t)
+	text = strings.NewReplacer(confProxy, listen, confRuled, ruled, confApp, app).Replace(text)
+	dir = t.TempDir()
+	path = filepath.Join(dir, filepath.Base(example))
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, path, listen
+}

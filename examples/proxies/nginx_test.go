@@ -33,27 +33,6 @@ const nginxRules = `rules:
     on_error: deny
 `
 
-// The addresses nginx.conf names, replaced by the test's own.
-const (
-	confNginx = "127.0.0.1:8000"
-	confRuled = "127.0.0.1:8080"
-	confApp   = "127.0.0.1:9000"
-)
-
-// findNginx looks on PATH and in /usr/sbin, where Debian puts nginx (not on
-// a normal user's PATH).
-func findNginx(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("nginx"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
-		return "/usr/sbin/nginx"
-	}
-	t.Fatal("nginx is not installed: run scripts/deps.sh (it installs Debian's nginx package), or apt-get install nginx")
-	return ""
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -69,23 +48,7 @@ func freeAddr(t *testing.T) string {
 // switches to another user when run as root), with every path in dir.
 func startNginx(t *testing.T, bin, ruled, app string) string {
 	t.Helper()
-	conf, err := os.ReadFile("nginx/nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := freeAddr(t)
-	text := string(conf)
-	for _, a := range []string{confNginx, confRuled, confApp} {
-		if !strings.Contains(text, a) {
-			t.Fatalf("nginx.conf no longer names %s", a)
-		}
-	}
-	text = strings.NewReplacer(confNginx, listen, confRuled, ruled, confApp, app).Replace(text)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, path, listen := writeExampleConfig(t, "nginx/nginx.conf", ruled, app)
 	errLog := filepath.Join(dir, "error.log")
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "-p", dir+"/", "-c", path, "-e", errLog,
@@ -104,7 +67,7 @@ func startNginx(t *testing.T, bin, ruled, app string) string {
 // ruled's 429 with Retry-After, RateLimit and RateLimit-Policy through
 // nginx; a fail-closed 503 passes too; with ruled down nginx fails open.
 func TestNginxAuthRequest(t *testing.T) {
-	bin := findNginx(t)
+	bin := findProxy(t, "nginx", "/usr/sbin") // Debian puts nginx in /usr/sbin, not on every PATH
 	b := startBackends(t, nginxRules)
 	base := startNginx(t, bin, strings.TrimPrefix(b.ruled.URL, "http://"), strings.TrimPrefix(b.app.URL, "http://"))
 	c := newProxyClient(t, base)

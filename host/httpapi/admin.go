@@ -89,7 +89,7 @@ func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) a
 			return
 		}
 		if body.Rule == "" {
-			writeError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: "rule: required"})
+			writeError(w, newBadRequest("invalid_field", "rule: required"))
 			return
 		}
 		n, err := a.Reset(r.Context(), body.Rule, body.Subject)

@@ -226,14 +226,11 @@ func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
 
 // checkLimits refuses hits and dedup ids out of bounds.
 func checkLimits(hits int64, dedupID string) *Error {
-	bad := func(format string, args ...any) *Error {
-		return &Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: fmt.Sprintf(format, args...)}
-	}
 	if hits < -MaxHits || hits > MaxHits {
-		return bad("hits: must be between %d and %d, got %d", -MaxHits, MaxHits, hits)
+		return newBadRequest("invalid_field", "hits: must be between %d and %d, got %d", -MaxHits, MaxHits, hits)
 	}
 	if len(dedupID) > maxDedupID {
-		return bad("dedup_id: at most %d bytes, got %d", maxDedupID, len(dedupID))
+		return newBadRequest("invalid_field", "dedup_id: at most %d bytes, got %d", maxDedupID, len(dedupID))
 	}
 	return nil
 }
@@ -334,7 +331,7 @@ func SetRateLimitHeaders(h http.Header, res *host.Result) {
 	retryAfter := max(ceilSeconds(res.RetryAfter), 1)
 	for i := range res.Results {
 		rr := &res.Results[i]
-		if !reportsLimit(rr) {
+		if !rr.ReportsLimit() {
 			continue
 		}
 		if len(b) > 0 {
@@ -354,7 +351,7 @@ func SetRateLimitHeaders(h http.Header, res *host.Result) {
 	policyEnd := len(b)
 	for i := range res.Results {
 		rr := &res.Results[i]
-		if !reportsLimit(rr) || (!res.Allowed && rr.Allowed) {
+		if !rr.ReportsLimit() || (!res.Allowed && rr.Allowed) {
 			continue
 		}
 		if len(b) > policyEnd {
@@ -393,7 +390,3 @@ func SetRateLimitHeaders(h http.Header, res *host.Result) {
 		h[headerRetryAfter] = all[2:3:3]
 	}
 }
-
-// reportsLimit reports whether a rule's result appears in the RateLimit
-// fields: an enforcing rule (not shadow) whose plugin reported a limit.
-func reportsLimit(rr *host.RuleResult) bool { return !rr.Shadow && rr.Limit > 0 }

@@ -30,7 +30,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body.Checks) > MaxBatch {
-		writeError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: fmt.Sprintf("checks: at most %d per batch, got %d", MaxBatch, len(body.Checks))})
+		writeError(w, newBadRequest("invalid_field", "checks: at most %d per batch, got %d", MaxBatch, len(body.Checks)))
 		return
 	}
 	reqs := make([]*host.CheckRequest, len(body.Checks))
@@ -80,7 +80,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if body.TimeoutMS < 0 || time.Duration(body.TimeoutMS)*time.Millisecond > MaxAcquireWait {
-		writeError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: fmt.Sprintf("timeout_ms: must be between 0 and %d, got %d", MaxAcquireWait.Milliseconds(), body.TimeoutMS)})
+		writeError(w, newBadRequest("invalid_field", "timeout_ms: must be between 0 and %d, got %d", MaxAcquireWait.Milliseconds(), body.TimeoutMS))
 		return
 	}
 	req, e := body.toRequest()

@@ -170,7 +170,7 @@ type Error struct {
 
 // badRequest is the error for a request a plugin refused as bad input.
 func badRequest(res *host.Result) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: res.BadRequest.Error()}
+	return newBadRequest("invalid_request", "%s", res.BadRequest.Error())
 }
 
 func writeError(w http.ResponseWriter, e *Error) {
