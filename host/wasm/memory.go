@@ -1,7 +1,7 @@
 package wasm
 
 import (
-	"sync"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/experimental"
 )
@@ -17,11 +17,12 @@ import (
 // call still runs (the runtime's Close after a deadline); the mapping is
 // then released when the call ends, never under running guest code.
 type linearMemory struct {
-	mu      sync.Mutex
 	buf     []byte // len: the memory's size; cap: its maximum
 	release func([]byte)
-	busy    bool // guest code may be running
-	freed   bool // wazero freed it while busy
+	// refs counts the memory's holders: wazero until it frees it, and the
+	// call, if any, whose guest code may be running. The last to let go
+	// releases the mapping.
+	refs atomic.Int32
 }
 
 // Reallocate implements experimental.LinearMemory: the memory grows in
@@ -35,44 +36,27 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 }
 
 // Free implements experimental.LinearMemory.
-func (m *linearMemory) Free() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.busy {
-		m.freed = true
-		return
-	}
-	m.unmap()
-}
-
-func (m *linearMemory) unmap() {
-	if m.release != nil {
-		m.release(m.buf[:cap(m.buf)])
-		m.release, m.buf = nil, nil
-	}
-}
+func (m *linearMemory) Free() { m.drop() }
 
 // enter marks guest code as running.
 func (m *linearMemory) enter() {
-	if m == nil {
-		return
+	if m != nil {
+		m.refs.Add(1)
 	}
-	m.mu.Lock()
-	m.busy = true
-	m.mu.Unlock()
 }
 
-// exit marks guest code as stopped, releasing the memory if it was freed
-// meanwhile.
+// exit marks guest code as stopped, releasing the memory if wazero freed
+// it meanwhile.
 func (m *linearMemory) exit() {
-	if m == nil {
-		return
+	if m != nil {
+		m.drop()
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.busy = false
-	if m.freed {
-		m.unmap()
+}
+
+func (m *linearMemory) drop() {
+	if m.refs.Add(-1) == 0 && m.release != nil {
+		m.release(m.buf[:cap(m.buf)])
+		m.release, m.buf = nil, nil
 	}
 }
 
@@ -91,7 +75,8 @@ func memoryAllocator(out **linearMemory) experimental.MemoryAllocator {
 			// cost nothing either).
 			buf, release = make([]byte, 0, max), nil
 		}
-		m := &linearMemory{buf: buf[:0], release: release, busy: true}
+		m := &linearMemory{buf: buf[:0], release: release}
+		m.refs.Store(2) // wazero's, and instantiation's: it runs guest code
 		*out = m
 		return m
 	})
