@@ -7,17 +7,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
-
-	"github.com/ruled-dev/ruled/host/store"
 )
 
 // abTarget is one build under comparison: a label and a ruled binary.
@@ -68,15 +65,11 @@ func runAB(c config) error {
 		return fmt.Errorf("temporary directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	st, err := store.Open(ctx, store.Options{URL: c.redisURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timeout: time.Second})
+	st, redisURL, err := openRedis(ctx, c.redisURL)
 	if err != nil {
-		return fmt.Errorf("redis: %w", err)
+		return err
 	}
 	defer st.Close()
-	redisURL := c.redisURL
-	if redisURL == "" {
-		redisURL = "unix://" + st.SocketPath()
-	}
 
 	conc := max(c.conc/len(targets), 1)
 	var daemons []*daemon
@@ -93,10 +86,7 @@ func runAB(c config) error {
 		}
 		daemons = append(daemons, d)
 	}
-	bodies := make([][]byte, c.subjects)
-	for i := range bodies {
-		bodies[i] = []byte(fmt.Sprintf(`{"request":{"ip":"10.%d.%d.%d","method":"GET","path":"/"}}`, i>>16&255, i>>8&255, i&255))
-	}
+	bodies := checkBodies(c.subjects)
 	for _, d := range daemons { // warm up, outside the measurement
 		if r := d.load(bodies, conc, min(c.duration, 2*time.Second)); r.errors > 0 {
 			return fmt.Errorf("%s: %d failed checks while warming up\n%s", d.sc.name, r.errors, d.logTail())
@@ -141,11 +131,7 @@ func runAB(c config) error {
 		for r := range ratios {
 			ratios[r] = perReq[i][r] / perReq[0][r]
 		}
-		lo, hi := ratios[0], ratios[0]
-		for _, x := range ratios {
-			lo, hi = min(lo, x), max(hi, x)
-		}
-		fmt.Fprintf(w, "%s\t%.1f\t%.3f\t%.3f–%.3f\t\n", t.label, median(perReq[i]), median(ratios), lo, hi)
+		fmt.Fprintf(w, "%s\t%.1f\t%.3f\t%.3f–%.3f\t\n", t.label, median(perReq[i]), median(ratios), slices.Min(ratios), slices.Max(ratios))
 	}
 	return w.Flush()
 }

@@ -344,6 +344,28 @@ func treeMem(pid int) (self, children procMem, err error) {
 	return self, children, nil
 }
 
+// openRedis opens the store at url, or a private redis-server when url is
+// empty, and returns it with the URL a daemon reaches it at.
+func openRedis(ctx context.Context, url string) (*store.Store, string, error) {
+	st, err := store.Open(ctx, store.Options{URL: url, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timeout: time.Second})
+	if err != nil {
+		return nil, "", fmt.Errorf("redis: %w", err)
+	}
+	if url == "" {
+		url = "unix://" + st.SocketPath()
+	}
+	return st, url, nil
+}
+
+// checkBodies are n /v1/check bodies, one per subject (request.ip).
+func checkBodies(n int) [][]byte {
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		bodies[i] = []byte(fmt.Sprintf(`{"request":{"ip":"10.%d.%d.%d","method":"GET","path":"/"}}`, i>>16&255, i>>8&255, i&255))
+	}
+	return bodies
+}
+
 // runDrivers is the drivers mode: see the package comment.
 func runDrivers(c config) error {
 	selected, err := parseSelection(c.only, driverNames)
@@ -366,16 +388,11 @@ func runDrivers(c config) error {
 		return err
 	}
 
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(ctx, store.Options{URL: c.redisURL, Logger: log, Timeout: time.Second})
+	st, redisURL, err := openRedis(ctx, c.redisURL)
 	if err != nil {
-		return fmt.Errorf("redis: %w", err)
+		return err
 	}
 	defer st.Close()
-	redisURL := c.redisURL
-	if redisURL == "" {
-		redisURL = "unix://" + st.SocketPath()
-	}
 	client := st.Client()
 
 	var daemons []*daemon
@@ -384,10 +401,7 @@ func runDrivers(c config) error {
 			d.stop()
 		}
 	}()
-	bodies := make([][]byte, c.subjects)
-	for i := range bodies {
-		bodies[i] = []byte(fmt.Sprintf(`{"request":{"ip":"10.%d.%d.%d","method":"GET","path":"/"}}`, i>>16&255, i>>8&255, i&255))
-	}
+	bodies := checkBodies(c.subjects)
 	for _, sc := range driverScenarios(dir) {
 		if !selected[sc.name] {
 			continue
