@@ -693,14 +693,24 @@ func ctxFirst(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	cause := ctx.Err()
-	if d, ok := ctx.Deadline(); cause == nil && ok && !time.Now().Before(d) {
-		cause = context.DeadlineExceeded // ctx's timer has not run yet
-	}
+	cause := ContextErr(ctx)
 	if cause == nil || errors.Is(err, cause) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", cause, err)
+}
+
+// ContextErr is ctx.Err(), except that it is context.DeadlineExceeded as
+// soon as ctx's deadline has passed, before ctx's timer has run: a call cut
+// at that deadline failed because of its caller, not of what it called.
+func ContextErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // submit queues one command on the autopipeliner and waits for it.

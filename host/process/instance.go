@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
@@ -219,12 +220,11 @@ func (in *instance) kill() {
 // time-outs in a row). A call the caller gave up on says nothing of the
 // plugin.
 func (p *Plugin) callFailed(ctx context.Context, in *instance, what string, err error) error {
+	if cerr := capability.ContextErr(ctx); cerr != nil {
+		return &CallError{Plugin: p.info.Name, Func: what, Err: cerr}
+	}
 	code := status.Code(err)
 	switch {
-	case ctx.Err() != nil:
-		return &CallError{Plugin: p.info.Name, Func: what, Err: ctx.Err()}
-	case pastDeadline(ctx): // and ctx's timer not run yet
-		return &CallError{Plugin: p.info.Name, Func: what, Err: context.DeadlineExceeded}
 	case code == codes.DeadlineExceeded:
 		if n := in.timeouts.Add(1); int(n) >= p.opts.HungAfter {
 			p.markDown(in, fmt.Errorf("%d calls in a row took longer than %v: hung", n, p.opts.CallTimeout))
@@ -237,12 +237,6 @@ func (p *Plugin) callFailed(ctx context.Context, in *instance, what string, err 
 		err = errors.New(grpcMessage(err))
 	}
 	return &CallError{Plugin: p.info.Name, Func: what, Err: err}
-}
-
-// pastDeadline reports whether ctx's deadline has passed.
-func pastDeadline(ctx context.Context) bool {
-	d, ok := ctx.Deadline()
-	return ok && !time.Now().Before(d)
 }
 
 func (in *instance) hasExited() bool {

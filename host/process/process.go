@@ -473,16 +473,17 @@ type stepper Plugin
 
 // Start implements sdk.Steps with a first step.
 func (s *stepper) Start(ctx context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
-	return (*Plugin)(s).step(ctx, pluginrpc.StepRequestToPB(c.(*config).id, &r, nil, sdk.Reply{}))
+	return (*Plugin)(s).step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: c.(*config).id, Request: r}})
 }
 
 // Resume implements sdk.Steps with a step that carries the reply.
 func (s *stepper) Resume(ctx context.Context, c sdk.Config, r sdk.Request, prev sdk.Step, reply sdk.Reply) (sdk.Step, error) {
-	return (*Plugin)(s).step(ctx, pluginrpc.StepRequestToPB(c.(*config).id, &r, &prev, reply))
+	return (*Plugin)(s).step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: c.(*config).id, Request: r},
+		Resume: true, Script: prev.Script, State: prev.State, Reply: reply})
 }
 
 // step sends one step on the steps socket and waits for its answer, bounded by Options.CallTimeout.
-func (p *Plugin) step(ctx context.Context, req *abipb.StepRequest) (sdk.Step, error) {
+func (p *Plugin) step(ctx context.Context, req *abi.StepRequest) (sdk.Step, error) {
 	in := p.inst.Load()
 	if in == nil {
 		return sdk.Step{}, p.downError()
@@ -494,14 +495,14 @@ func (p *Plugin) step(ctx context.Context, req *abipb.StepRequest) (sdk.Step, er
 		return sdk.Step{}, p.callFailed(ctx, in, "step", err)
 	}
 	in.timeouts.Store(0)
-	if err := abi.AnsweredError("process", p.info.Name, resp.GetError(), resp.GetBadRequest(), nil); err != nil {
+	if err := abi.AnsweredError("process", p.info.Name, resp.Error, resp.BadRequest, nil); err != nil {
 		return sdk.Step{}, err
 	}
-	s, err := pluginrpc.StepFromPB(resp)
-	if err != nil {
-		return sdk.Step{}, fmt.Errorf("process plugin %s: %w", p.info.Name, err)
+	if resp.Call.Script == "" {
+		return sdk.Done(resp.Decision), nil
 	}
-	return s, nil
+	return sdk.Step{Script: resp.Call.Script, Keys: resp.Call.Keys, Args: resp.Call.Args,
+		Decides: resp.Decides, Window: resp.Window, State: resp.State}, nil
 }
 
 // Close lets calls in progress finish (until ctx is done), then stops the

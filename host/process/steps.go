@@ -12,8 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ruled-dev/ruled/sdk/abi/abipb"
-	"github.com/ruled-dev/ruled/sdk/process/pluginpb"
+	"github.com/ruled-dev/ruled/sdk/abi"
 	"github.com/ruled-dev/ruled/sdk/process/pluginrpc"
 )
 
@@ -53,7 +52,7 @@ type stepWaiter struct {
 }
 
 type stepEvent struct {
-	resp *abipb.StepResponse
+	resp *abi.StepResponse
 	lead bool // read the socket: the caller before left
 }
 
@@ -62,10 +61,10 @@ type stepEvent struct {
 func openStepConn(conn net.Conn, deadline time.Time) (*stepConn, error) {
 	r := bufio.NewReaderSize(conn, 64<<10)
 	_ = conn.SetReadDeadline(deadline)
-	var hello pluginpb.StepAnswer
+	var hello abi.StepAnswer
 	_, err := pluginrpc.ReadFrame(r, nil, &hello)
-	if err == nil && hello.GetId() != 0 {
-		err = fmt.Errorf("the first frame answers step %d", hello.GetId())
+	if err == nil && hello.ID != 0 {
+		err = fmt.Errorf("the first frame answers step %d", hello.ID)
 	}
 	if err != nil {
 		_ = conn.Close()
@@ -103,7 +102,7 @@ func (s *stepConn) close() { s.end(status.Error(codes.Unavailable, "steps socket
 // when no other caller does or when the lead is passed to it. A frame that
 // cannot be written whole by ctx's deadline ends the socket: the process
 // is not reading.
-func (s *stepConn) call(ctx context.Context, req *abipb.StepRequest) (*abipb.StepResponse, error) {
+func (s *stepConn) call(ctx context.Context, req *abi.StepRequest) (*abi.StepResponse, error) {
 	w := &stepWaiter{ch: make(chan stepEvent, 1)}
 	s.mu.Lock()
 	if s.err != nil {
@@ -116,7 +115,7 @@ func (s *stepConn) call(ctx context.Context, req *abipb.StepRequest) (*abipb.Ste
 	s.waiting[id] = w
 	s.mu.Unlock()
 
-	if err := s.write(ctx, &pluginpb.StepCall{Id: id, Step: req}); err != nil {
+	if err := s.write(ctx, id, req); err != nil {
 		s.leave(id, w, false)
 		return nil, err
 	}
@@ -154,13 +153,13 @@ func (s *stepConn) call(ctx context.Context, req *abipb.StepRequest) (*abipb.Ste
 // is on its way, rather than cut the read under the next leader. A read
 // cut by the deadline is taken up by the next leader: frames are consumed
 // whole (pluginrpc.ReadFrame).
-func (s *stepConn) lead(ctx context.Context, id uint64, w *stepWaiter) (*abipb.StepResponse, error) {
+func (s *stepConn) lead(ctx context.Context, id uint64, w *stepWaiter) (*abi.StepResponse, error) {
 	deadline, _ := ctx.Deadline()
 	_ = s.conn.SetReadDeadline(deadline)
 	for {
-		var a pluginpb.StepAnswer
+		a := new(abi.StepAnswer) // handed to its caller: one per frame
 		var err error
-		s.buf, err = pluginrpc.ReadFrame(s.r, s.buf, &a)
+		s.buf, err = pluginrpc.ReadFrame(s.r, s.buf, a)
 		switch {
 		case err == nil:
 		case isTimeout(err) && !errors.Is(err, pluginrpc.ErrFrameCut):
@@ -171,15 +170,15 @@ func (s *stepConn) lead(ctx context.Context, id uint64, w *stepWaiter) (*abipb.S
 			return nil, s.ended()
 		}
 		s.mu.Lock()
-		other := s.waiting[a.GetId()]
-		delete(s.waiting, a.GetId())
-		if a.GetId() == id {
+		other := s.waiting[a.ID]
+		delete(s.waiting, a.ID)
+		if a.ID == id {
 			s.passLead()
 			s.mu.Unlock()
-			return a.GetStep(), nil
+			return &a.Step, nil
 		}
 		if other != nil { // nil: its caller gave up
-			other.ch <- stepEvent{resp: a.GetStep()}
+			other.ch <- stepEvent{resp: &a.Step}
 		}
 		s.mu.Unlock()
 	}
@@ -215,13 +214,13 @@ func (s *stepConn) passLead() {
 	s.leader = false
 }
 
-// write writes one frame, bounded by ctx's deadline. A frame cut short by
-// it ends the socket; one not begun fails only its call.
-func (s *stepConn) write(ctx context.Context, m *pluginpb.StepCall) error {
+// write writes the frame of step id, bounded by ctx's deadline. A frame
+// cut short by it ends the socket; one not begun fails only its call.
+func (s *stepConn) write(ctx context.Context, id uint64, req *abi.StepRequest) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	var err error
-	if s.out, err = pluginrpc.AppendFrame(s.out[:0], m); err != nil {
+	if s.out, err = pluginrpc.AppendFrame(s.out[:0], &abi.StepCall{ID: id, Step: *req}); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	deadline, _ := ctx.Deadline() // none: zero, no deadline

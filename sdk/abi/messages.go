@@ -687,3 +687,77 @@ func (m *StepResponse) Decode(b []byte) error {
 	}
 	return nil
 }
+
+// StepCall is one step ruled sends a process plugin on its steps socket
+// (plugin.proto's StepCall): an id and the StepRequest, encoded as the Wasm
+// export ruled_step's argument is.
+type StepCall struct {
+	ID   uint64 // names the step in its answer; never 0
+	Step StepRequest
+}
+
+// Append appends m encoded. It never fails; the error is there so that
+// StepCall and StepAnswer frame alike.
+func (m *StepCall) Append(b []byte) ([]byte, error) {
+	b = appendUint(b, 1, m.ID)
+	b, mark := beginNested(b, 2)
+	return endNested(m.Step.Append(b), mark), nil
+}
+
+// Decode decodes b into m. ID is set even when the step does not decode.
+func (m *StepCall) Decode(b []byte) error {
+	id, step, err := decodeIDAndStep(b)
+	m.ID = id
+	if err != nil {
+		return fmt.Errorf("abi: StepCall: %w", err)
+	}
+	return m.Step.Decode(step)
+}
+
+// StepAnswer answers the StepCall with the same ID (plugin.proto's
+// StepAnswer); a process plugin's hello has ID 0.
+type StepAnswer struct {
+	ID   uint64
+	Step StepResponse
+}
+
+// Append appends m encoded. It fails on a call argument that cannot cross
+// (AppendArg).
+func (m *StepAnswer) Append(b []byte) ([]byte, error) {
+	b = appendUint(b, 1, m.ID)
+	b, mark := beginNested(b, 2)
+	b, err := m.Step.Append(b)
+	if err != nil {
+		return b, err
+	}
+	return endNested(b, mark), nil
+}
+
+// Decode decodes b into m. ID is set even when the step does not decode.
+func (m *StepAnswer) Decode(b []byte) error {
+	id, step, err := decodeIDAndStep(b)
+	m.ID = id
+	if err != nil {
+		return fmt.Errorf("abi: StepAnswer: %w", err)
+	}
+	return m.Step.Decode(step)
+}
+
+// decodeIDAndStep returns the id (field 1) and the step's bytes (field 2)
+// of a StepCall or StepAnswer.
+func decodeIDAndStep(b []byte) (id uint64, step []byte, err error) {
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return id, nil, err
+		}
+		b = rest
+		switch {
+		case f.num == 1 && f.isVarint():
+			id = f.u
+		case f.num == 2 && f.isBytes():
+			step = f.bytes
+		}
+	}
+	return id, step, nil
+}

@@ -236,32 +236,32 @@ func (s *server) Decide(ctx context.Context, req *pluginpb.DecideRequest) (*abip
 }
 
 // answerStep answers one step of an algorithm that decides in steps
-// (sdk.Stepper). As with Decide, a failure to decide is an answer with an
-// error; an error return means ruled sent what it should not have.
-func (s *server) answerStep(ctx context.Context, req *abipb.StepRequest) (*abipb.StepResponse, error) {
-	if s.stepper == nil {
-		return nil, fmt.Errorf("process: %T does not decide in steps (Info did not declare steps)", s.alg)
-	}
-	id, r, prev, reply, err := pluginrpc.StepRequestFromPB(req)
-	if err != nil {
-		return nil, fmt.Errorf("process: %w", err)
-	}
+// (sdk.Stepper), as sdk/guest answers ruled_step: a failure to decide is
+// an answer with an error.
+func (s *server) answerStep(ctx context.Context, req *abi.StepRequest) abi.StepResponse {
+	var resp abi.StepResponse
 	s.mu.RLock()
-	cfg, ok := s.configs[id]
+	cfg, ok := s.configs[req.ConfigID]
 	s.mu.RUnlock()
 	if !ok {
-		return &abipb.StepResponse{Error: fmt.Sprintf("unknown config id %d", id)}, nil
+		resp.Error = fmt.Sprintf("unknown config id %d", req.ConfigID)
+		return resp
 	}
-	step, err := s.step(ctx, cfg, r, prev, reply)
-	var resp *abipb.StepResponse
-	if err == nil {
-		resp, err = pluginrpc.StepToPB(&step)
+	var prev *sdk.Step
+	if req.Resume {
+		prev = &sdk.Step{Script: req.Script, State: req.State}
 	}
-	if err != nil {
-		msg, bad := abi.DecideError(err)
-		return &abipb.StepResponse{Error: msg, BadRequest: bad}, nil
+	step, err := s.step(ctx, cfg, req.Request, prev, req.Reply)
+	switch {
+	case err != nil:
+		resp.Error, resp.BadRequest = abi.DecideError(err)
+	case step.Final():
+		resp.Decision = step.Decision
+	default:
+		resp.Call = abi.EvalRequest{Script: step.Script, Keys: step.Keys, Args: step.Args}
+		resp.Decides, resp.Window, resp.State = step.Decides, step.Window, step.State
 	}
-	return resp, nil
+	return resp
 }
 
 // serveSteps answers the steps ruled sends on the steps socket, in turn,
@@ -273,20 +273,25 @@ func (s *server) serveSteps(conn net.Conn, r *bufio.Reader, w *bufio.Writer) {
 	ctx := context.Background()
 	var in, out []byte
 	for {
-		var call pluginpb.StepCall
+		var call abi.StepCall
+		var a abi.StepAnswer
 		var err error
-		if in, err = pluginrpc.ReadFrame(r, in, &call); err != nil {
+		switch in, err = pluginrpc.ReadFrame(r, in, &call); {
+		case err == nil:
+			a = abi.StepAnswer{ID: call.ID, Step: s.answerStep(ctx, &call.Step)}
+		case call.ID != 0: // read whole, but its step does not decode
+			a = abi.StepAnswer{ID: call.ID, Step: errorAnswer(err)}
+		default:
 			if !errors.Is(err, io.EOF) {
 				s.log.Error("steps socket", "error", err)
 			}
 			return
 		}
-		resp, err := s.answerStep(ctx, call.GetStep())
-		if err != nil {
-			resp = &abipb.StepResponse{Error: err.Error()}
-		}
-		if out, err = pluginrpc.AppendFrame(out[:0], &pluginpb.StepAnswer{Id: call.GetId(), Step: resp}); err != nil {
-			out, _ = pluginrpc.AppendFrame(out[:0], &pluginpb.StepAnswer{Id: call.GetId(), Step: &abipb.StepResponse{Error: err.Error()}})
+		if out, err = pluginrpc.AppendFrame(out[:0], &a); err != nil {
+			// An argument that cannot cross: the decision fails, as Eval
+			// with it would have.
+			a.Step = errorAnswer(fmt.Errorf("step call %s: %w", a.Step.Call.Script, err))
+			out, _ = pluginrpc.AppendFrame(out[:0], &a)
 		}
 		_, err = w.Write(out)
 		if err == nil && !pluginrpc.FrameBuffered(r) {
@@ -297,6 +302,11 @@ func (s *server) serveSteps(conn net.Conn, r *bufio.Reader, w *bufio.Writer) {
 			return
 		}
 	}
+}
+
+// errorAnswer is a step's answer that fails the decision with err.
+func errorAnswer(err error) abi.StepResponse {
+	return abi.StepResponse{DecideResponse: abi.DecideResponse{Error: err.Error()}}
 }
 
 // openSteps takes the steps socket ruled offered at fd and says hello on
@@ -316,7 +326,7 @@ func (s *server) openSteps(fd uint32) error {
 			return
 		}
 		w := bufio.NewWriterSize(conn, 64<<10)
-		hello, _ := pluginrpc.AppendFrame(nil, &pluginpb.StepAnswer{})
+		hello, _ := pluginrpc.AppendFrame(nil, &abi.StepAnswer{})
 		if _, err = w.Write(hello); err == nil {
 			err = w.Flush()
 		}

@@ -106,66 +106,6 @@ func RequestFromPB(m *abipb.DecideRequest) sdk.Request {
 		BestEffort: m.GetBestEffort(), Attrs: m.GetAttrs()}
 }
 
-// StepRequestToPB converts a step of deciding r under config id: the first
-// when prev is nil, else the one after prev's call answered reply.
-func StepRequestToPB(id uint64, r *sdk.Request, prev *sdk.Step, reply sdk.Reply) *abipb.StepRequest {
-	m := &abipb.StepRequest{ConfigId: id, Subject: []byte(r.Subject), Hits: r.Hits, BestEffort: r.BestEffort, Attrs: r.Attrs}
-	if r.DedupID != "" {
-		m.DedupId = []byte(r.DedupID)
-	}
-	if prev != nil {
-		m.Resume, m.Script, m.State, m.Reply = true, prev.Script, prev.State, ReplyToPB(reply)
-	}
-	return m
-}
-
-// StepRequestFromPB converts a StepRequest message: the config id, the
-// request, and for a resumed step the step (its Script and State) and its
-// call's reply.
-func StepRequestFromPB(m *abipb.StepRequest) (id uint64, r sdk.Request, prev *sdk.Step, reply sdk.Reply, err error) {
-	r = sdk.Request{Subject: string(m.GetSubject()), Hits: m.GetHits(), DedupID: string(m.GetDedupId()),
-		BestEffort: m.GetBestEffort(), Attrs: m.GetAttrs()}
-	if m.GetResume() {
-		prev = &sdk.Step{Script: m.GetScript(), State: m.GetState()}
-		if reply, err = ReplyFromPB(m.GetReply()); err != nil {
-			return 0, sdk.Request{}, nil, sdk.Reply{}, fmt.Errorf("step reply: %w", err)
-		}
-	}
-	return m.GetConfigId(), r, prev, reply, nil
-}
-
-// StepToPB converts a plugin's step: its decision, or the call to run next.
-// It fails on a call argument that cannot cross (ArgsToPB).
-func StepToPB(s *sdk.Step) (*abipb.StepResponse, error) {
-	if s.Final() {
-		return &abipb.StepResponse{Decision: DecisionToPB(&s.Decision)}, nil
-	}
-	args, err := ArgsToPB(s.Args)
-	if err != nil {
-		return nil, fmt.Errorf("step call %s: %w", s.Script, err)
-	}
-	return &abipb.StepResponse{Call: &abipb.EvalRequest{Script: s.Script, Keys: s.Keys, Args: args},
-		Decides: s.Decides, WindowUs: s.Window.Microseconds(), State: s.State}, nil
-}
-
-// StepFromPB converts a StepResponse message that carries no error: the
-// final step with its decision, or the call to run next.
-func StepFromPB(m *abipb.StepResponse) (sdk.Step, error) {
-	call := m.GetCall()
-	if call == nil {
-		return sdk.Done(DecisionFromPB(m.GetDecision())), nil
-	}
-	if call.GetScript() == "" {
-		return sdk.Step{}, errors.New("step call names no script")
-	}
-	args, err := ArgsFromPB(call.GetArgs())
-	if err != nil {
-		return sdk.Step{}, fmt.Errorf("step call %s: %w", call.GetScript(), err)
-	}
-	return sdk.Step{Script: call.GetScript(), Keys: call.GetKeys(), Args: args, Decides: m.GetDecides(),
-		Window: time.Duration(m.GetWindowUs()) * time.Microsecond, State: m.GetState()}, nil
-}
-
 // DecisionToPB converts a decision; durations cross in whole microseconds,
 // as in the Wasm ABI.
 func DecisionToPB(d *sdk.Decision) *abipb.Decision {

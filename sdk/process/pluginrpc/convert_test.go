@@ -134,39 +134,3 @@ func TestRequestsDecisionsAndInfo(t *testing.T) {
 		t.Errorf("config errors %v", got)
 	}
 }
-
-func TestStepsRoundTrip(t *testing.T) {
-	r := sdk.Request{Subject: "s", Hits: 3, DedupID: "d", Attrs: map[string]string{"a": "b"}}
-	id, got, prev, _, err := StepRequestFromPB(StepRequestToPB(9, &r, nil, sdk.Reply{}))
-	if err != nil || id != 9 || prev != nil || !reflect.DeepEqual(got, r) {
-		t.Fatalf("first step: %d %+v %+v %v", id, got, prev, err)
-	}
-	step := sdk.Step{Script: "decide", State: []byte("st")}
-	_, _, prev, reply, err := StepRequestFromPB(StepRequestToPB(9, &r, &step, sdk.IntsReply(1, 2)))
-	if err != nil || prev == nil || prev.Script != "decide" || string(prev.State) != "st" || !reply.Equal(sdk.IntsReply(1, 2)) {
-		t.Fatalf("resumed step: %+v %v %v", prev, reply.Value(), err)
-	}
-
-	call := sdk.Run("decide", []string{"k"}, int64(4), "x").ThenDecide(time.Minute)
-	call.State = []byte{7}
-	m, err := StepToPB(&call)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := StepFromPB(m)
-	if err != nil || back.Script != "decide" || !reflect.DeepEqual(back.Keys, []string{"k"}) ||
-		!reflect.DeepEqual(back.Args, []any{int64(4), "x"}) || !back.Decides || back.Window != time.Minute || string(back.State) != "\x07" {
-		t.Fatalf("call step: %+v %v", back, err)
-	}
-	final := sdk.Done(sdk.Decision{Allowed: true, Limit: 5, Window: time.Second})
-	if m, err = StepToPB(&final); err != nil {
-		t.Fatal(err)
-	}
-	if back, err = StepFromPB(m); err != nil || !back.Final() || back.Decision != final.Decision {
-		t.Fatalf("final step: %+v %v", back, err)
-	}
-	bad := sdk.Run("decide", nil, struct{}{})
-	if _, err := StepToPB(&bad); err == nil {
-		t.Fatal("an argument that cannot cross was sent")
-	}
-}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	"google.golang.org/protobuf/proto"
 )
 
 // frameHeader is the length prefix of a frame on the steps socket.
@@ -15,10 +13,10 @@ const frameHeader = 4
 
 // AppendFrame appends m to b as one frame of the steps socket: its length
 // as a 4-byte big-endian unsigned integer, then its bytes.
-func AppendFrame(b []byte, m proto.Message) ([]byte, error) {
+func AppendFrame(b []byte, m interface{ Append([]byte) ([]byte, error) }) ([]byte, error) {
 	start := len(b)
 	b = append(b, 0, 0, 0, 0)
-	b, err := proto.MarshalOptions{}.MarshalAppend(b, m)
+	b, err := m.Append(b)
 	if err != nil {
 		return b[:start], fmt.Errorf("encoding a %T frame: %w", m, err)
 	}
@@ -39,8 +37,9 @@ var ErrFrameCut = errors.New("frame cut short")
 // It returns io.EOF only when r ends between two frames. A frame that fits
 // r's buffer is consumed only once it is whole, so that a read that fails
 // (a read deadline passing, say) may be tried again; a larger frame is read
-// through, and an error after its first bytes wraps ErrFrameCut.
-func ReadFrame(r *bufio.Reader, buf []byte, m proto.Message) ([]byte, error) {
+// through, and an error after its first bytes wraps ErrFrameCut. A frame
+// read whole that does not decode is consumed: the stream reads on.
+func ReadFrame(r *bufio.Reader, buf []byte, m interface{ Decode([]byte) error }) ([]byte, error) {
 	head, err := r.Peek(frameHeader)
 	if err != nil {
 		if len(head) > 0 && errors.Is(err, io.EOF) {
@@ -60,7 +59,7 @@ func ReadFrame(r *bufio.Reader, buf []byte, m proto.Message) ([]byte, error) {
 			}
 			return buf, err
 		}
-		err = proto.Unmarshal(b[frameHeader:], m) // copies what it keeps
+		err = m.Decode(b[frameHeader:]) // sdk/abi's decoders copy what they keep
 		_, _ = r.Discard(frameHeader + n)
 		if err != nil {
 			return buf, fmt.Errorf("decoding a %T frame: %w", m, err)
@@ -78,7 +77,7 @@ func ReadFrame(r *bufio.Reader, buf []byte, m proto.Message) ([]byte, error) {
 		}
 		return buf, fmt.Errorf("%w: reading a frame of %d bytes: %w", ErrFrameCut, n, err)
 	}
-	if err := proto.Unmarshal(buf, m); err != nil {
+	if err := m.Decode(buf); err != nil {
 		return buf, fmt.Errorf("decoding a %T frame: %w", m, err)
 	}
 	return buf, nil

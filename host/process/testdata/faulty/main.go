@@ -134,6 +134,7 @@ func main() {
 	case "nohello":
 		hideStepsSocket()
 		process.Serve(stepping{})
+	default:
+		process.Serve(counter{})
 	}
-	process.Serve(counter{})
 }
