@@ -176,16 +176,11 @@ func newCheckReport(path string, set *rules.Set, notes []checkNote, err error) c
 
 // reportErrors lists the errors of a load error, [] for none. An error
 // that is not a rules.ErrorList (an unreadable path) is one error with
-// code "read" and no position.
+// code "read" and no position, as rules.Merge makes it.
 func reportErrors(err error) []reportError {
 	out := []reportError{}
-	if err == nil {
-		return out
-	}
 	var list rules.ErrorList
-	if !errors.As(err, &list) {
-		list = rules.ErrorList{{Code: rules.CodeRead, Message: err.Error()}}
-	}
+	errors.As(rules.Merge(err, nil), &list)
 	for _, e := range list {
 		out = append(out, reportError{File: e.Pos.File, Line: e.Pos.Line, Col: e.Pos.Column, Rule: e.Rule, Code: e.Code, Message: e.Message})
 	}

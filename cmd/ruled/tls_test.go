@@ -37,13 +37,11 @@ const tlsRules = `rules:
     config: {limit: 2, window: 1m}
 `
 
-// tlsDaemon is one ruled process serving both listeners over TLS.
+// tlsDaemon is one ruled process serving both listeners over TLS: the
+// faults tests' daemon (its base is https://httpAddr) with its gRPC address.
 type tlsDaemon struct {
-	t              *testing.T
+	*daemon
 	httpAddr, grpc string
-	log            *lockedBuffer
-	cmd            *exec.Cmd
-	exited         chan struct{}
 }
 
 // startTLSDaemon starts the binary with both listeners on loopback, env
@@ -59,7 +57,9 @@ func startTLSDaemon(t *testing.T, ca *tlstest.CA, certs []tls.Certificate, env [
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
-	d := &tlsDaemon{t: t, httpAddr: freePort(t), grpc: freePort(t), log: &lockedBuffer{}, exited: make(chan struct{})}
+	httpAddr := freePort(t)
+	d := &tlsDaemon{daemon: &daemon{t: t, base: "https://" + httpAddr, dataDir: dataDir, log: &lockedBuffer{}, exited: make(chan struct{})},
+		httpAddr: httpAddr, grpc: freePort(t)}
 	all := append([]string{"serve", "--rules", rules, "--listen", d.httpAddr, "--grpc-listen", d.grpc,
 		"--data-dir", dataDir, "--watch=false"}, args...)
 	d.cmd = exec.Command(bin, all...)
@@ -90,26 +90,15 @@ func startTLSDaemon(t *testing.T, ca *tlstest.CA, certs []tls.Certificate, env [
 	}
 }
 
-// stop ends the daemon with SIGINT and checks that it stopped cleanly and
-// never panicked.
+// stop ends the daemon as daemon.stop does and checks that it exited 0.
 func (d *tlsDaemon) stop() {
-	_ = d.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-d.exited:
-	case <-time.After(15 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.exited
-		d.t.Error("ruled did not stop within 15s of SIGINT")
-	}
+	d.daemon.stop()
 	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
 		d.t.Errorf("ruled exited %d:\n%s", code, tail(d.log.String(), 30))
 	}
-	if logs := d.log.String(); strings.Contains(logs, "panic") || strings.Contains(logs, "DATA RACE") {
-		d.t.Errorf("ruled's log shows a panic or a race:\n%s", tail(logs, 40))
-	}
 }
 
-func (d *tlsDaemon) url(path string) string { return "https://" + d.httpAddr + path }
+func (d *tlsDaemon) url(path string) string { return d.base + path }
 
 // hup sends SIGHUP and waits until the log has one more line with msg.
 func (d *tlsDaemon) hup(msg string) {

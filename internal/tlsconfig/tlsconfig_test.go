@@ -66,6 +66,18 @@ func clientConfig(ca *tlstest.CA, certs ...tls.Certificate) *tls.Config {
 	return &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", Certificates: certs}
 }
 
+// newReloader writes pair to dir as the server's key pair and returns a
+// Reloader serving it, with the client CA bundle clientCA unless "".
+func newReloader(t *testing.T, dir string, pair tlstest.Pair, clientCA string) *tlsconfig.Reloader {
+	t.Helper()
+	certFile, keyFile := pair.Write(t, dir, "server")
+	r, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile, ClientCA: clientCA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func TestReloadServesTheNewPairAndKeepsTheOldOnError(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "test CA")
@@ -143,12 +155,8 @@ func TestClientCAIsRequiredAndReloaded(t *testing.T) {
 	ca := tlstest.NewCA(t, "server CA")
 	clientsA := tlstest.NewCA(t, "clients A")
 	clientsB := tlstest.NewCA(t, "clients B")
-	certFile, keyFile := ca.Server(t).Write(t, dir, "server")
 	caFile := clientsA.WriteCA(t, dir, "clients.pem")
-	r, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile, ClientCA: caFile})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newReloader(t, dir, ca.Server(t), caFile)
 	addr := serveTLS(t, r.ServerConfig())
 	fromA := clientsA.Client(t, "a").TLS(t)
 	fromB := clientsB.Client(t, "b").TLS(t)
@@ -192,12 +200,8 @@ func TestResumptionDoesNotOutliveTheClientCA(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "server CA")
 	clientsA := tlstest.NewCA(t, "clients A")
-	certFile, keyFile := ca.Server(t).Write(t, dir, "server")
 	caFile := clientsA.WriteCA(t, dir, "clients.pem")
-	r, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile, ClientCA: caFile})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newReloader(t, dir, ca.Server(t), caFile)
 	addr := serveTLS(t, r.ServerConfig())
 	cfg := clientConfig(ca, clientsA.Client(t, "a").TLS(t))
 	cfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
@@ -226,11 +230,7 @@ func TestResumptionDoesNotOutliveTheClientCA(t *testing.T) {
 func TestServerConfigDefaults(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "CA")
-	certFile, keyFile := ca.Server(t).Write(t, dir, "server")
-	r, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newReloader(t, dir, ca.Server(t), "")
 	addr := serveTLS(t, r.ServerConfig("h2", "http/1.1"))
 
 	old := clientConfig(ca)
@@ -292,11 +292,7 @@ func TestNewRefusesMissingOrBadFiles(t *testing.T) {
 func TestReloadEndsSessionResumption(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "CA")
-	certFile, keyFile := ca.Server(t).Write(t, dir, "server")
-	r, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newReloader(t, dir, ca.Server(t), "")
 	addr := serveTLS(t, r.ServerConfig())
 	for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
 		cfg := clientConfig(ca)
@@ -334,11 +330,7 @@ func TestReloadEndsSessionResumption(t *testing.T) {
 func TestSessionsResumeAcrossListeners(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "CA")
-	certFile, keyFile := ca.Server(t).Write(t, dir, "server")
-	r, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newReloader(t, dir, ca.Server(t), "")
 	one, two := serveTLS(t, r.ServerConfig("h2")), serveTLS(t, r.ServerConfig("h2", "http/1.1"))
 	cfg := clientConfig(ca) // one server name for both: one cache entry
 	cfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
@@ -360,11 +352,7 @@ func TestServesTheChain(t *testing.T) {
 	dir := t.TempDir()
 	root := tlstest.NewCA(t, "root")
 	server := root.Intermediate(t, "intermediate").Server(t)
-	certFile, keyFile := server.Write(t, dir, "server")
-	r, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newReloader(t, dir, server, "")
 	st, err := dial(t, serveTLS(t, r.ServerConfig()), clientConfig(root))
 	if err != nil {
 		t.Fatalf("a client trusting the root only: %v", err)
