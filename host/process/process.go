@@ -473,13 +473,14 @@ type stepper Plugin
 
 // Start implements sdk.Steps with a first step.
 func (s *stepper) Start(ctx context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
-	return (*Plugin)(s).step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: c.(*config).id, Request: r}})
+	req := abi.StartStep(c.(*config).id, r)
+	return (*Plugin)(s).step(ctx, &req)
 }
 
 // Resume implements sdk.Steps with a step that carries the reply.
 func (s *stepper) Resume(ctx context.Context, c sdk.Config, r sdk.Request, prev sdk.Step, reply sdk.Reply) (sdk.Step, error) {
-	return (*Plugin)(s).step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: c.(*config).id, Request: r},
-		Resume: true, Script: prev.Script, State: prev.State, Reply: reply})
+	req := abi.ResumeStep(c.(*config).id, r, prev, reply)
+	return (*Plugin)(s).step(ctx, &req)
 }
 
 // step sends one step on the steps socket and waits for its answer, bounded by Options.CallTimeout.
@@ -498,11 +499,7 @@ func (p *Plugin) step(ctx context.Context, req *abi.StepRequest) (sdk.Step, erro
 	if err := abi.AnsweredError("process", p.info.Name, resp.Error, resp.BadRequest, nil); err != nil {
 		return sdk.Step{}, err
 	}
-	if resp.Call.Script == "" {
-		return sdk.Done(resp.Decision), nil
-	}
-	return sdk.Step{Script: resp.Call.Script, Keys: resp.Call.Keys, Args: resp.Call.Args,
-		Decides: resp.Decides, Window: resp.Window, State: resp.State}, nil
+	return resp.Step(), nil
 }
 
 // Close lets calls in progress finish (until ctx is done), then stops the

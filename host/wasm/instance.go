@@ -264,11 +264,7 @@ func (in *instance) step(ctx context.Context, req *abi.StepRequest) (sdk.Step, e
 	if err := abi.AnsweredError("wasm", in.p.name(), resp.Error, resp.BadRequest, nil); err != nil {
 		return sdk.Step{}, err
 	}
-	if resp.Call.Script == "" {
-		return sdk.Done(resp.Decision), nil
-	}
-	return sdk.Step{Script: resp.Call.Script, Keys: resp.Call.Keys, Args: resp.Call.Args,
-		Decides: resp.Decides, Window: resp.Window, State: resp.State}, nil
+	return resp.Step(), nil
 }
 
 // decide replays the config if this instance has not seen it, then asks the

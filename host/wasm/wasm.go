@@ -489,13 +489,14 @@ type stepper Plugin
 
 // Start implements sdk.Steps with a first ruled_step.
 func (s *stepper) Start(ctx context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
-	return (*Plugin)(s).step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: c.(*config).id, Request: r}})
+	req := abi.StartStep(c.(*config).id, r)
+	return (*Plugin)(s).step(ctx, &req)
 }
 
 // Resume implements sdk.Steps with a ruled_step that carries the reply.
 func (s *stepper) Resume(ctx context.Context, c sdk.Config, r sdk.Request, step sdk.Step, reply sdk.Reply) (sdk.Step, error) {
-	return (*Plugin)(s).step(ctx, &abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: c.(*config).id, Request: r},
-		Resume: true, Script: step.Script, State: step.State, Reply: reply})
+	req := abi.ResumeStep(c.(*config).id, r, step, reply)
+	return (*Plugin)(s).step(ctx, &req)
 }
 
 // step runs one ruled_step on a pooled instance.

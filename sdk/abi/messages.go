@@ -574,6 +574,28 @@ type StepRequest struct {
 	Reply sdk.Reply
 }
 
+// StartStep is the StepRequest of a decision's first step (sdk.Steps'
+// Start) under the config named configID.
+func StartStep(configID uint64, r sdk.Request) StepRequest {
+	return StepRequest{DecideRequest: DecideRequest{ConfigID: configID, Request: r}}
+}
+
+// ResumeStep is the StepRequest that resumes prev with its script's reply
+// (sdk.Steps' Resume).
+func ResumeStep(configID uint64, r sdk.Request, prev sdk.Step, reply sdk.Reply) StepRequest {
+	return StepRequest{DecideRequest: DecideRequest{ConfigID: configID, Request: r},
+		Resume: true, Script: prev.Script, State: prev.State, Reply: reply}
+}
+
+// Prev is the step m resumes, as sdk.NextStep takes it: nil for a first
+// step.
+func (m *StepRequest) Prev() *sdk.Step {
+	if !m.Resume {
+		return nil
+	}
+	return &sdk.Step{Script: m.Script, State: m.State}
+}
+
 // Append appends m encoded.
 func (m *StepRequest) Append(b []byte) []byte {
 	b = m.DecideRequest.Append(b)
@@ -633,6 +655,31 @@ type StepResponse struct {
 	Window time.Duration
 	// State is carried to the next StepRequest.
 	State []byte
+}
+
+// SetStep makes m the answer of a plugin's step: its error (DecideError),
+// its decision when final, else its call.
+func (m *StepResponse) SetStep(s sdk.Step, err error) {
+	switch {
+	case err != nil:
+		m.Error, m.BadRequest = DecideError(err)
+	case s.Final():
+		m.Decision = s.Decision
+	default:
+		m.Call = EvalRequest{Script: s.Script, Keys: s.Keys, Args: s.Args}
+		m.Decides, m.Window, m.State = s.Decides, s.Window, s.State
+	}
+}
+
+// Step is the step m answers, on the host: sdk.Done of its decision when it
+// calls no script. Its error, if any, is the caller's to check first
+// (AnsweredError).
+func (m *StepResponse) Step() sdk.Step {
+	if m.Call.Script == "" {
+		return sdk.Done(m.Decision)
+	}
+	return sdk.Step{Script: m.Call.Script, Keys: m.Call.Keys, Args: m.Call.Args,
+		Decides: m.Decides, Window: m.Window, State: m.State}
 }
 
 // Append appends m encoded. It fails on a call argument that cannot cross

@@ -232,20 +232,8 @@ func (m *module) step(in []byte) ([]byte, error) {
 		resp.Error = fmt.Sprintf("guest: unknown config id %d", req.ConfigID)
 		return resp.Append(m.out[:0])
 	}
-	var prev *sdk.Step
-	if req.Resume {
-		prev = &sdk.Step{Script: req.Script, State: req.State}
-	}
-	s, err := sdk.NextStep(context.Background(), m.stepper, cfg, req.Request, prev, req.Reply)
-	switch {
-	case err != nil:
-		resp.Error, resp.BadRequest = abi.DecideError(err)
-	case s.Final():
-		resp.Decision = s.Decision
-	default:
-		resp.Call.Script, resp.Call.Keys, resp.Call.Args = s.Script, s.Keys, s.Args
-		resp.Decides, resp.Window, resp.State = s.Decides, s.Window, s.State
-	}
+	s, err := sdk.NextStep(context.Background(), m.stepper, cfg, req.Request, req.Prev(), req.Reply)
+	resp.SetStep(s, err)
 	out, err := resp.Append(m.out[:0])
 	if err != nil {
 		// An argument that cannot cross: the decision fails, as Eval

@@ -247,20 +247,7 @@ func (s *server) answerStep(ctx context.Context, req *abi.StepRequest) abi.StepR
 		resp.Error = fmt.Sprintf("unknown config id %d", req.ConfigID)
 		return resp
 	}
-	var prev *sdk.Step
-	if req.Resume {
-		prev = &sdk.Step{Script: req.Script, State: req.State}
-	}
-	step, err := s.step(ctx, cfg, req.Request, prev, req.Reply)
-	switch {
-	case err != nil:
-		resp.Error, resp.BadRequest = abi.DecideError(err)
-	case step.Final():
-		resp.Decision = step.Decision
-	default:
-		resp.Call = abi.EvalRequest{Script: step.Script, Keys: step.Keys, Args: step.Args}
-		resp.Decides, resp.Window, resp.State = step.Decides, step.Window, step.State
-	}
+	resp.SetStep(s.step(ctx, cfg, req.Request, req.Prev(), req.Reply))
 	return resp
 }
 
