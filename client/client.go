@@ -43,6 +43,7 @@ type Client struct {
 	baseErr error
 	hc      *http.Client
 	timeout time.Duration
+	leases  *leaser // WithLeases
 }
 
 // Option configures a Client.
@@ -86,6 +87,16 @@ func newTransport() *http.Transport {
 	return t
 }
 
+// Close gives back the unused permits of the client's leases (WithLeases)
+// and stops leasing: later checks ask ruled one by one. Without leases it
+// does nothing. The client stays usable.
+func (c *Client) Close(ctx context.Context) error {
+	if c.leases == nil {
+		return nil
+	}
+	return c.leases.close(ctx)
+}
+
 // WithTimeout returns a copy of c whose calls time out after d instead. It
 // shares c's connections.
 func (c *Client) WithTimeout(d time.Duration) *Client {
@@ -98,7 +109,15 @@ func (c *Client) WithTimeout(d time.Duration) *Client {
 // an Answer with Allowed false, not an error; so is a fail-closed decision
 // (FailClosed true). Errors are *Error (ruled refused the request or
 // answered something else) or *UnreachableError.
+//
+// With WithLeases, a request that takes hits is decided from a lease where
+// ruled's rules allow it (Answer.Leased says so).
 func (c *Client) Check(ctx context.Context, req CheckRequest) (*Answer, error) {
+	if c.leases != nil && req.leaseable() {
+		if a, ok, err := c.leases.check(ctx, &req); ok || err != nil {
+			return a, err
+		}
+	}
 	return c.decide(ctx, "check", "/v1/check", req.body(), 0)
 }
 

@@ -59,6 +59,13 @@ type ruled struct {
 
 func startRuled(t *testing.T) *ruled {
 	t.Helper()
+	return startRuledWith(t, testRules, nil)
+}
+
+// startRuledWith serves rulesText, each request seen by observe first when
+// it is set.
+func startRuledWith(t *testing.T, rulesText string, observe func(r *http.Request)) *ruled {
+	t.Helper()
 	rs := redistest.Start(t)
 	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = rc.Close() })
@@ -67,14 +74,20 @@ func startRuled(t *testing.T) *ruled {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(testRules), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(rulesText), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Load(path); err != nil {
 		t.Fatal(err)
 	}
 	r := &ruled{redis: rs, engine: e}
-	r.srv = httptest.NewUnstartedServer(httpapi.New(httpapi.Options{Checker: e}))
+	api := httpapi.New(httpapi.Options{Checker: e})
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if observe != nil {
+			observe(req)
+		}
+		api.ServeHTTP(w, req)
+	}))
 	r.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			r.conns.Add(1)

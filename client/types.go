@@ -75,8 +75,14 @@ type Answer struct {
 	// fail-closed. For a batch entry it is derived the same way.
 	StatusCode int
 	// Header holds the RateLimit, RateLimit-Policy and Retry-After headers
-	// ruled sent, ready to copy to a response. Nil for batch entries.
+	// ruled sent, ready to copy to a response. Nil for batch entries and
+	// leased answers (RateLimitHeader builds them).
 	Header http.Header
+	// Leased is true when the client decided from a lease (WithLeases),
+	// without asking ruled.
+	Leased bool
+
+	policy string // RateLimit-Policy of the lease, for a leased answer
 }
 
 // Delay is the longest shaping delay among the non-shadow rules: an
@@ -140,6 +146,16 @@ type wireResult struct {
 	Error        string `json:"error"`
 }
 
+// result converts a decoded result.
+func (r *wireResult) result() Result {
+	return Result{
+		Rule: r.Rule, Subject: r.Subject, Plugin: r.Plugin, Allowed: r.Allowed,
+		Granted: r.Granted, Limit: r.Limit, Remaining: r.Remaining,
+		Reset: ms(r.ResetMS), RetryAfter: ms(r.RetryAfterMS), Delay: ms(r.DelayMS),
+		Shadow: r.Shadow, Degraded: r.Degraded, Error: r.Error,
+	}
+}
+
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // answer converts a decoded body. ok is false when the body is not a check
@@ -150,12 +166,7 @@ func (w *wireAnswer) answer() (a *Answer, ok bool) {
 	}
 	a = &Answer{Allowed: *w.Allowed, RetryAfter: ms(w.RetryAfterMS), Results: make([]Result, len(w.Results))}
 	for i, r := range w.Results {
-		a.Results[i] = Result{
-			Rule: r.Rule, Subject: r.Subject, Plugin: r.Plugin, Allowed: r.Allowed,
-			Granted: r.Granted, Limit: r.Limit, Remaining: r.Remaining,
-			Reset: ms(r.ResetMS), RetryAfter: ms(r.RetryAfterMS), Delay: ms(r.DelayMS),
-			Shadow: r.Shadow, Degraded: r.Degraded, Error: r.Error,
-		}
+		a.Results[i] = r.result()
 		if !r.Allowed && !r.Shadow && r.Degraded == "deny" {
 			a.FailClosed = true
 		}

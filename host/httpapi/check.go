@@ -212,10 +212,7 @@ func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
 		return nil, e
 	}
 	req := &host.CheckRequest{
-		Request: host.Request{
-			IP: b.Request.IP, Method: b.Request.Method, Path: b.Request.Path, Host: b.Request.Host,
-			User: b.Request.User, Headers: host.NormalizeHeaders(b.Request.Headers), Query: b.Request.Query,
-		},
+		Request:    b.Request.toHost(),
 		Attrs:      b.Attrs,
 		Hits:       hits,
 		DedupID:    b.DedupID,

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -223,10 +224,18 @@ func rawStatus(t *testing.T, method, url, token string) (int, string) {
 	return resp.StatusCode, resp.Header.Get("Location")
 }
 
-// The rules of the server that decides: a small fixed window per IP, and
-// the concurrency limiter, which refuses an acquire without a lease id as
-// bad input, for the user "no-lease" only.
+// The rules of the server that decides: a window that leases to clients,
+// for the user "leaser" only (and alone: it stops), a small fixed window per
+// IP, and the concurrency limiter, which refuses an acquire without a lease
+// id as bad input, for the user "no-lease" only.
 const openAPIRules = `rules:
+  - name: leased
+    when: request.user == "leaser"
+    subject: request.user
+    plugin: fixedwindow
+    config: {limit: 10, window: 1m}
+    lease: 8
+    stop: true
   - name: per-ip
     subject: request.ip
     plugin: fixedwindow
@@ -238,8 +247,16 @@ const openAPIRules = `rules:
     config: {limit: 5, ttl: 1m}
 `
 
-// The rules of the server whose Redis is gone: it fails closed.
+// The rules of the server whose Redis is gone: it fails closed, and a lease
+// for the user "leaser" fails.
 const openAPIDownRules = `rules:
+  - name: leased
+    when: request.user == "leaser"
+    subject: request.user
+    plugin: fixedwindow
+    config: {limit: 10, window: 1m}
+    lease: 8
+    stop: true
   - name: closed
     subject: request.ip
     plugin: fixedwindow
@@ -504,6 +521,25 @@ func TestOpenAPIDescribesLiveAnswers(t *testing.T) {
 		body: `{"checks": [{"request": {"ip": "` + batchIP + `"}}, {"request": {"ip": "` + batchIP + `"}}, {"request": {"ip": "` + batchIP + `"}}, {"request": {"user": "no-lease"}}, {}]}`})
 	v.call(t, liveCall{base: down, method: "POST", path: "/v1/check/batch", body: `{"checks": [{"request": {"ip": "` + nextIP() + `"}}]}`, want: http.StatusOK})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/check/batch", body: `{"checks": [{}, {"hits": "1"}]}`, want: http.StatusBadRequest})
+
+	// Client leases: taken, then denied (leased allows 10, 8 per lease), refused
+	// by a rule without lease: N, failed, returned.
+	leaser := `{"request": {"user": "leaser"}, "attrs": {"tenant": "acme"}, "permits": 8}`
+	_, body := v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease", body: leaser, want: http.StatusOK})
+	var lease struct {
+		Lease string `json:"lease"`
+	}
+	if err := json.Unmarshal(body, &lease); err != nil || lease.Lease == "" {
+		t.Fatalf("/v1/lease answered %s, want a lease", body)
+	}
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease", body: leaser, want: http.StatusOK}) // the 2 left
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease", body: leaser, want: http.StatusOK}) // denied
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease", body: `{"request": {"ip": "` + nextIP() + `"}, "permits": 5}`, want: http.StatusOK})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease", body: `{"request": {"user": "leaser"}}`, want: http.StatusBadRequest})
+	v.call(t, liveCall{base: down, method: "POST", path: "/v1/lease", body: leaser, want: http.StatusServiceUnavailable})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", want: http.StatusOK,
+		body: `{"returns": [{"request": {"user": "leaser"}, "attrs": {"tenant": "acme"}, "lease": "` + lease.Lease + `", "unused": 3}]}`})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "!!", "unused": 1}]}`, want: http.StatusBadRequest})
 
 	// Forward-auth, from a trusted (loopback) proxy.
 	authCalls := []liveCall{{method: "GET", path: "/v1/auth"}}

@@ -59,6 +59,7 @@ type Options struct {
 // Server is the HTTP handler of the v1 API.
 type Server struct {
 	check          Checker
+	leaser         Leaser // the checker, when it leases to clients
 	trustedProxies []netip.Prefix
 	ready          func(ctx context.Context) error
 	log            *slog.Logger
@@ -85,6 +86,11 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
 	s.mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
 	s.mux.HandleFunc("POST /v1/acquire", s.handleAcquire)
+	if l, ok := o.Checker.(Leaser); ok {
+		s.leaser = l
+		s.mux.HandleFunc("POST /v1/lease", s.handleLease)
+		s.mux.HandleFunc("POST /v1/lease/return", s.handleLeaseReturn)
+	}
 	if o.Admin != nil && (o.AdminToken != "" || o.LoopbackStatus) {
 		s.mountAdmin(o.Admin, o.AdminToken, o.Stats)
 	}

@@ -1,0 +1,245 @@
+package client_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/client"
+)
+
+const leaseRules = `rules:
+  - name: quota
+    when: request.ip != "" && request.path != "/shaped"
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 2000, window: 1h}
+    lease: 100
+  - name: bucket
+    when: request.path == "/bucket"
+    subject: request.ip
+    plugin: tokenbucket
+    config: {burst: 1500, rate: 1, per: 1h}
+    lease: 50
+  - name: shaped
+    when: request.path == "/shaped"
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 3, window: 1h}
+`
+
+// calls counts the requests a test ruled served, by path.
+type calls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *calls) observe(r *http.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[r.URL.Path]++
+}
+
+func (c *calls) get(path string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[path]
+}
+
+// remaining asks ruled (without leases) what rule has left for req.
+func remaining(t *testing.T, url string, req client.CheckRequest, rule string) int64 {
+	t.Helper()
+	req.Peek = true
+	a, err := client.New(url).Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range a.Results {
+		if r.Rule == rule {
+			return r.Remaining
+		}
+	}
+	t.Fatalf("rule %s did not match: %+v", rule, a.Results)
+	return 0
+}
+
+func TestLeasedChecksAskRuledOncePerLease(t *testing.T) {
+	var seen calls
+	r := startRuledWith(t, leaseRules, seen.observe)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+	ctx := context.Background()
+	req := ip("192.0.2.1")
+	leased := 0
+	for i := 0; i < 500; i++ {
+		a, err := c.Check(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.Allowed || a.StatusCode != http.StatusOK || len(a.Results) != 1 || a.Results[0].Limit != 2000 {
+			t.Fatalf("check %d: %+v", i, a)
+		}
+		if a.Leased {
+			leased++
+		}
+	}
+	if leased != 500 || seen.get("/v1/check") != 0 {
+		t.Fatalf("%d of 500 decided from leases, %d checks sent to ruled; want all leased", leased, seen.get("/v1/check"))
+	}
+	// Leases grow from 16 to the rule's 100: a handful of calls.
+	if n := seen.get("/v1/lease"); n > 15 {
+		t.Fatalf("%d lease calls for 500 decisions with leases of up to 100", n)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// What was leased and not used went back: ruled counts exactly 500.
+	if got := remaining(t, r.url, req, "quota"); got != 1500 {
+		t.Fatalf("remaining %d after 500 leased decisions and Close, want 1500", got)
+	}
+	// After Close the client asks ruled per request.
+	a, err := c.Check(ctx, req)
+	if err != nil || a.Leased || !a.Allowed {
+		t.Fatalf("check after Close: %+v, %v; want asked of ruled", a, err)
+	}
+}
+
+func TestLeasesFallBackWhereARuleCannotLease(t *testing.T) {
+	var seen calls
+	r := startRuledWith(t, leaseRules, seen.observe)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	req := client.CheckRequest{Request: client.Request{IP: "192.0.2.2", Path: "/shaped"}}
+	for i := 1; i <= 4; i++ {
+		a, err := c.Check(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Leased || a.Allowed != (i <= 3) {
+			t.Fatalf("check %d: leased %v allowed %v; want asked of ruled, the 4th denied", i, a.Leased, a.Allowed)
+		}
+	}
+	// One lease call said no; the rest went straight to /v1/check.
+	if n, m := seen.get("/v1/lease"), seen.get("/v1/check"); n != 1 || m != 4 {
+		t.Fatalf("%d lease calls and %d checks, want 1 and 4", n, m)
+	}
+}
+
+// Quota is not stranded in an idle client: what it leased and did not use
+// goes back within IdleReturn and a sweep.
+func TestIdleLeaseGoesBack(t *testing.T) {
+	r := startRuledWith(t, leaseRules, nil)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: 50 * time.Millisecond}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	req := ip("192.0.2.3")
+	for i := 0; i < 3; i++ {
+		if a, err := c.Check(context.Background(), req); err != nil || !a.Allowed || !a.Leased {
+			t.Fatalf("check %d: %+v %v", i, a, err)
+		}
+	}
+	if got := remaining(t, r.url, req, "quota"); got >= 1997 {
+		t.Fatalf("remaining %d right after a lease, want the lease taken", got)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for remaining(t, r.url, req, "quota") != 1997 {
+		if time.Now().After(deadline) {
+			t.Fatalf("remaining %d 2 s after the client went idle, want 1997", remaining(t, r.url, req, "quota"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Clients over-demanding one quota admit at most the limit, and at least
+// the limit less one lease per client; after Close, ruled counts exactly
+// what they admitted.
+func TestClientsSharingAQuotaStayWithinTheBound(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, rule string
+		limit, lease     int64
+	}{
+		{"fixedwindow", "/", "quota", 2000, 100},
+		{"tokenbucket", "/bucket", "bucket", 1500, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startRuledWith(t, leaseRules, nil)
+			req := client.CheckRequest{Request: client.Request{IP: "192.0.2.4", Path: tc.path}}
+			const clients, workers = 4, 4
+			var admitted, denied atomic.Int64
+			var wg sync.WaitGroup
+			cs := make([]*client.Client, clients)
+			for i := range cs {
+				cs[i] = client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+				for w := 0; w < workers; w++ {
+					wg.Add(1)
+					go func(c *client.Client) {
+						defer wg.Done()
+						for {
+							a, err := c.Check(context.Background(), req)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if !a.Allowed {
+								denied.Add(1)
+								return
+							}
+							admitted.Add(1)
+						}
+					}(cs[i])
+				}
+			}
+			wg.Wait()
+			got := admitted.Load()
+			if got > tc.limit || got < tc.limit-clients*tc.lease {
+				t.Fatalf("admitted %d, want within [%d, %d]", got, tc.limit-clients*tc.lease, tc.limit)
+			}
+			for _, c := range cs {
+				if err := c.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			left := remaining(t, r.url, req, tc.rule)
+			if tc.rule == "quota" && left != tc.limit-got {
+				t.Fatalf("ruled has %d left after %d admitted and every lease closed, want %d", left, got, tc.limit-got)
+			}
+			t.Logf("%d clients admitted %d of %d (%d left in ruled)", clients, got, tc.limit, left)
+		})
+	}
+}
+
+// A denial the rule's plugin declares firm is kept by the client for up to
+// a second: ruled is not asked per request while the quota is used up.
+func TestLeasedDenialIsKept(t *testing.T) {
+	var seen calls
+	r := startRuledWith(t, leaseRules, seen.observe)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	req := ip("192.0.2.5")
+	ctx := context.Background()
+	allowed, denied := 0, 0
+	for i := 0; i < 2300; i++ {
+		a, err := c.Check(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Allowed {
+			allowed++
+			continue
+		}
+		denied++
+		if !a.Leased || a.StatusCode != http.StatusTooManyRequests || a.RetryAfter <= 0 || a.RetryAfter > time.Hour {
+			t.Fatalf("denial %d: %+v", denied, a)
+		}
+	}
+	if allowed != 2000 || denied != 300 {
+		t.Fatalf("allowed %d denied %d, want 2000 and 300", allowed, denied)
+	}
+	if n := seen.get("/v1/lease"); n > 40 || seen.get("/v1/check") != 0 {
+		t.Fatalf("%d lease calls, %d checks for 2300 decisions", n, seen.get("/v1/check"))
+	}
+}

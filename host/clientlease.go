@@ -1,0 +1,219 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ruled-dev/ruled/host/local"
+	"github.com/ruled-dev/ruled/rules"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// ClientLeaseTTL bounds how long a client may grant leased permits after it
+// sent the request that took them. Leases also end with the earliest reset
+// of the rules they were taken from.
+const ClientLeaseTTL = MaxLeaseAge
+
+// MaxClientLease bounds the permits one client lease may ask for.
+const MaxClientLease = 1_000_000
+
+// LeaseRequest asks for permits a client grants in-process to requests like
+// this one (the same attributes, one hit each).
+type LeaseRequest struct {
+	Request Request
+	Attrs   map[string]string
+	Permits int64 // wanted, 1 to MaxClientLease
+}
+
+// LeaseHold is what one rule counted for a client lease: Taken units of
+// Subject, the first Taken of the lease's permits the client uses.
+type LeaseHold struct {
+	Rule    string
+	Subject string
+	Taken   int64
+}
+
+// ClientLease is the answer to a LeaseRequest.
+type ClientLease struct {
+	// Leasable is false when some rule matching the request does not allow
+	// leases (no lease: N, or a plugin that cannot lease): the client asks
+	// per request instead. Reason says which rule and why.
+	Leasable bool
+	Reason   string
+	// Permits is how many requests the client may grant, one hit each,
+	// until TTL after it sent the request: at most the permits asked for,
+	// and no more than each rule's lease size. 0 means the rules deny now.
+	Permits int64
+	TTL     time.Duration
+	// MaxPermits is the most one lease of these rules gives: the least
+	// lease size of the enforcing rules (MaxClientLease when none matched).
+	MaxPermits int64
+	// RetryAfter, when Permits is 0, is the denying rule's retry-after, and
+	// DenyFirm says whether the client may deny until then without asking
+	// (the rule's deny cache is on: its plugin declares firm denials).
+	RetryAfter time.Duration
+	DenyFirm   bool
+	// Results are the matching rules' decisions for the permits (Granted
+	// is what each counted), in rule order, for the client's answers.
+	Results []RuleResult
+	// Holds say what to refund when the client returns unused permits.
+	Holds []LeaseHold
+}
+
+// LeaseReturn gives back permits of a client lease that were not used.
+type LeaseReturn struct {
+	Request Request // of the LeaseRequest
+	Attrs   map[string]string
+	Permits int64 // the lease's
+	Unused  int64 // 0 to Permits
+	Holds   []LeaseHold
+}
+
+// Lease takes permits for a client to grant in-process: from every rule
+// the request matches, best effort, the same number from each (what a rule
+// took beyond the least any enforcing rule granted goes back at once). It
+// never degrades: when a plugin fails, it gives back what it took and
+// returns the error, and the client asks per request, where the rules'
+// on_error policies apply.
+func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, error) {
+	if req.Permits < 1 || req.Permits > MaxClientLease {
+		return ClientLease{}, fmt.Errorf("lease: permits must be between 1 and %d, got %d", MaxClientLease, req.Permits)
+	}
+	b := newBudget(ctx, time.Now(), e.timeout)
+	g := e.gen.Load()
+	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
+	sels := g.set.AppendMatch(nil, &in)
+	out := ClientLease{Leasable: true, TTL: ClientLeaseTTL, MaxPermits: MaxClientLease}
+	for _, sel := range sels {
+		if why := notLeasable(sel); why != "" {
+			return ClientLease{Reason: why}, nil
+		}
+		if !sel.Rule.Shadow {
+			out.MaxPermits = min(out.MaxPermits, sel.Rule.Lease)
+		}
+	}
+	out.Permits = min(req.Permits, out.MaxPermits)
+	out.Results = make([]RuleResult, 0, len(sels))
+	for _, sel := range sels {
+		rule := sel.Rule
+		fill := sdk.Request{Subject: sel.Subject, Hits: out.Permits, BestEffort: true, Attrs: req.Attrs}
+		d, err := safeDecide(ctx, b, g.plugins[rule.Plugin], rule.Name, sel.Config, fill)
+		if err != nil {
+			e.giveBackHolds(ctx, b, g, sels, out.Results, 0)
+			return ClientLease{}, fmt.Errorf("lease: rule %s (plugin %s): %w", rule.Name, rule.Plugin, err)
+		}
+		d.Granted = min(max(d.Granted, 0), out.Permits)
+		if !d.Allowed {
+			d.Granted = 0
+		}
+		out.Results = append(out.Results, RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow, Decision: d})
+		if rule.Shadow || d.Granted >= out.Permits {
+			continue
+		}
+		out.Permits = d.Granted
+		if out.Permits == 0 {
+			out.RetryAfter, out.DenyFirm = d.RetryAfter, rule.DenyCache
+			break
+		}
+	}
+	e.giveBackHolds(ctx, b, g, sels, out.Results, out.Permits)
+	for _, rr := range out.Results {
+		if rr.Reset > 0 {
+			out.TTL = min(out.TTL, rr.Reset)
+		}
+		if rr.Granted > 0 {
+			out.Holds = append(out.Holds, LeaseHold{Rule: rr.Rule, Subject: rr.Subject, Taken: rr.Granted})
+		}
+	}
+	if out.Permits == 0 {
+		out.TTL = 0
+	}
+	return out, nil
+}
+
+// notLeasable says why sel's rule cannot lease to clients, or "".
+func notLeasable(sel rules.Selection) string {
+	rule := sel.Rule
+	switch {
+	case sel.Err != nil:
+		return fmt.Sprintf("rule %s: %v", rule.Name, sel.Err)
+	case rule.Lease <= 0:
+		return fmt.Sprintf("rule %s has no lease size (lease: N)", rule.Name)
+	case !rule.Traits.Leasable:
+		return fmt.Sprintf("rule %s: plugin %s does not declare leasable grants", rule.Name, rule.Plugin)
+	}
+	return ""
+}
+
+// giveBackHolds refunds what each result counted beyond keep (all of it
+// when keep is 0), where the plugin declares refunds, and leaves each
+// result saying what stands. A refund that fails is logged; its units
+// stay counted until the rule's window moves on (the safe side).
+func (e *Engine) giveBackHolds(ctx context.Context, b budget, g *generation, sels []rules.Selection, results []RuleResult, keep int64) {
+	for i := range results {
+		rr := &results[i]
+		back := rr.Granted - min(rr.Granted, keep)
+		if back <= 0 {
+			continue
+		}
+		sel := sels[i]
+		rr.Granted -= back
+		if !sel.Rule.Traits.Refunds {
+			continue
+		}
+		d, err := safeDecide(ctx, b, g.plugins[sel.Rule.Plugin], sel.Rule.Name, sel.Config, sdk.Request{Subject: sel.Subject, Hits: -back})
+		if err != nil {
+			e.log.Warn("giving back leased permits failed", "rule", sel.Rule.Name, "err", err)
+			continue
+		}
+		e.deny.Forget(local.Key{Rule: sel.Rule.Name, Subject: sel.Subject})
+		rr.Remaining, rr.Reset = d.Remaining, d.Reset
+	}
+}
+
+// ReturnLease gives back the units a client did not use of a lease: each
+// hold counted the first Taken of the lease's permits, so it gets back
+// what of those went unused. Holds are refunded only to the rule of the
+// same name that still matches the request with the same subject, leases
+// allowed; others are skipped (their units expire with the window). It
+// returns how many units went back, summed over the rules.
+//
+// The caller must make sure that the lease has not ended: units given
+// back after a window moved on would be credited to the next window.
+func (e *Engine) ReturnLease(ctx context.Context, ret *LeaseReturn) (int64, error) {
+	if ret.Permits < 0 || ret.Unused < 0 || ret.Unused > ret.Permits {
+		return 0, fmt.Errorf("lease return: unused must be between 0 and the lease's %d permits, got %d", ret.Permits, ret.Unused)
+	}
+	used := ret.Permits - ret.Unused
+	b := newBudget(ctx, time.Now(), e.timeout)
+	g := e.gen.Load()
+	in := rules.Input{Request: ret.Request, Attrs: ret.Attrs}
+	sels := g.set.AppendMatch(nil, &in)
+	var total int64
+	var errs []string
+	for _, h := range ret.Holds {
+		back := h.Taken - min(h.Taken, used)
+		if back <= 0 {
+			continue
+		}
+		for _, sel := range sels {
+			rule := sel.Rule
+			if rule.Name != h.Rule || sel.Subject != h.Subject || notLeasable(sel) != "" || !rule.Traits.Refunds {
+				continue
+			}
+			if _, err := safeDecide(ctx, b, g.plugins[rule.Plugin], rule.Name, sel.Config, sdk.Request{Subject: sel.Subject, Hits: -back}); err != nil {
+				errs = append(errs, fmt.Sprintf("rule %s: %v", rule.Name, err))
+				break
+			}
+			e.deny.Forget(local.Key{Rule: rule.Name, Subject: sel.Subject})
+			total += back
+			break
+		}
+	}
+	if errs != nil {
+		return total, fmt.Errorf("lease return: %s", strings.Join(errs, "; "))
+	}
+	return total, nil
+}

@@ -1,0 +1,189 @@
+package host_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/internal/redistest"
+)
+
+const clientLeaseRules = `rules:
+  - name: per-ip
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 100, window: 1h}
+    lease: 30
+  - name: per-path
+    when: request.path == "/tight"
+    subject: request.path
+    plugin: fixedwindow
+    config: {limit: 10, window: 1h}
+    lease: 50
+  - name: dry-run
+    when: request.path == "/shadow"
+    subject: request.path
+    plugin: fixedwindow
+    config: {limit: 4, window: 1h}
+    lease: 50
+    shadow: true
+  - name: shaped
+    when: request.path == "/shaped"
+    subject: request.ip
+    plugin: leaky
+    config: {capacity: 5, rate: 10, per: 1s, mode: shape}
+`
+
+// peekRemaining is what rule's counter has left for req, asked of Redis.
+func peekRemaining(t *testing.T, e *host.Engine, req host.Request, rule string) int64 {
+	t.Helper()
+	res := e.Check(context.Background(), &host.CheckRequest{Request: req, Hits: 0})
+	for _, rr := range res.Results {
+		if rr.Rule == rule {
+			return rr.Remaining
+		}
+	}
+	t.Fatalf("rule %s did not match %+v", rule, req)
+	return 0
+}
+
+func TestClientLeaseTakesTheLeastOfEveryRule(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, clientLeaseRules, time.Second)
+	ctx := context.Background()
+	req := host.Request{IP: "192.0.2.1", Path: "/tight"}
+
+	l, err := e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// per-ip allows 30 per lease, per-path has 10 left: 10 from each, and
+	// per-ip's other 20 went back at once.
+	if !l.Leasable || l.Permits != 10 || len(l.Holds) != 2 {
+		t.Fatalf("lease = %+v, want 10 permits held by both rules", l)
+	}
+	if l.TTL <= 0 || l.TTL > host.ClientLeaseTTL {
+		t.Fatalf("ttl %v, want within (0, %v]", l.TTL, host.ClientLeaseTTL)
+	}
+	if got := peekRemaining(t, e, req, "per-ip"); got != 90 {
+		t.Fatalf("per-ip remaining %d after a lease of 10, want 90", got)
+	}
+
+	// per-path is used up: the next lease is a denial the client may keep.
+	l2, err := e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Permits != 0 || l2.RetryAfter <= 0 || !l2.DenyFirm || len(l2.Holds) != 0 {
+		t.Fatalf("lease over the limit = %+v, want 0 permits, a firm denial with a retry-after", l2)
+	}
+	if got := peekRemaining(t, e, req, "per-ip"); got != 90 {
+		t.Fatalf("per-ip remaining %d after a denied lease, want 90 (what it took went back)", got)
+	}
+
+	// Four of the ten used: six go back to each rule.
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 6, Holds: l.Holds})
+	if err != nil || n != 12 {
+		t.Fatalf("returned %d units (%v), want 6 to each of two rules", n, err)
+	}
+	if got := peekRemaining(t, e, req, "per-ip"); got != 96 {
+		t.Fatalf("per-ip remaining %d after four were used, want 96", got)
+	}
+	if got := peekRemaining(t, e, req, "per-path"); got != 6 {
+		t.Fatalf("per-path remaining %d after four were used, want 6", got)
+	}
+}
+
+func TestClientLeaseShadowRuleCountsOnlyWhatItAllowed(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, clientLeaseRules, time.Second)
+	ctx := context.Background()
+	req := host.Request{IP: "192.0.2.2", Path: "/shadow"}
+
+	// The shadow rule has 4; it does not cut the lease, which per-ip sizes.
+	l, err := e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Permits != 20 {
+		t.Fatalf("permits %d, want 20 (a shadow rule never cuts a lease)", l.Permits)
+	}
+	var shadowTaken int64
+	for _, h := range l.Holds {
+		if h.Rule == "dry-run" {
+			shadowTaken = h.Taken
+		}
+	}
+	if shadowTaken != 4 {
+		t.Fatalf("shadow rule holds %d, want its 4", shadowTaken)
+	}
+	// Two used: the shadow rule counted the first four of the lease, so it
+	// gets two back; per-ip gets the other eighteen.
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 20, Unused: 18, Holds: l.Holds})
+	if err != nil || n != 18+2 {
+		t.Fatalf("returned %d (%v), want 20", n, err)
+	}
+	if got := peekRemaining(t, e, req, "dry-run"); got != 2 {
+		t.Fatalf("shadow remaining %d after two used, want 2", got)
+	}
+}
+
+func TestClientLeaseRefusedWhereARuleCannotLease(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, clientLeaseRules, time.Second)
+	for _, tc := range []struct {
+		req  host.Request
+		want string
+	}{
+		{host.Request{IP: "192.0.2.3", Path: "/shaped"}, "rule shaped has no lease size"},
+	} {
+		l, err := e.Lease(context.Background(), &host.LeaseRequest{Request: tc.req, Permits: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Leasable || !strings.Contains(l.Reason, tc.want) {
+			t.Fatalf("lease %+v, want refused: %q", l, tc.want)
+		}
+		if got := peekRemaining(t, e, tc.req, "per-ip"); got != 100 {
+			t.Fatalf("a refused lease took quota: per-ip remaining %d", got)
+		}
+	}
+}
+
+func TestClientLeaseWithoutRulesIsUnbounded(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, "rules:\n  - name: only-users\n    when: request.user != \"\"\n    subject: request.user\n    plugin: fixedwindow\n    config: {limit: 1, window: 1m}\n    lease: 1\n", time.Second)
+	l, err := e.Lease(context.Background(), &host.LeaseRequest{Request: host.Request{IP: "192.0.2.4"}, Permits: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Leasable || l.Permits != 500 || len(l.Holds) != 0 || l.TTL != host.ClientLeaseTTL {
+		t.Fatalf("lease with no rule matching = %+v, want all 500 permits, nothing held", l)
+	}
+}
+
+func TestClientLeaseReturnSkipsRulesThatChanged(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, clientLeaseRules, time.Second)
+	ctx := context.Background()
+	req := host.Request{IP: "192.0.2.5"}
+	l, err := e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 30})
+	if err != nil || l.Permits != 30 {
+		t.Fatalf("lease %+v (%v)", l, err)
+	}
+	// A hold for another subject (the rules changed what it is) is not
+	// refunded to the subject the rule picks now.
+	holds := []host.LeaseHold{{Rule: "per-ip", Subject: "192.0.2.99", Taken: 30}}
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: holds})
+	if err != nil || n != 0 {
+		t.Fatalf("returned %d (%v) to a subject that is not the request's, want 0", n, err)
+	}
+	if _, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 31, Holds: l.Holds}); err == nil {
+		t.Fatal("returning more than the lease had was accepted")
+	}
+	if got := peekRemaining(t, e, req, "per-ip"); got != 70 {
+		t.Fatalf("per-ip remaining %d, want 70", got)
+	}
+}

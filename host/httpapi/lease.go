@@ -1,0 +1,202 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-json-experiment/json"
+
+	"github.com/ruled-dev/ruled/host"
+)
+
+// Leaser takes and returns client leases (an *host.Engine is one).
+type Leaser interface {
+	Lease(ctx context.Context, req *host.LeaseRequest) (host.ClientLease, error)
+	ReturnLease(ctx context.Context, ret *host.LeaseReturn) (int64, error)
+}
+
+// MaxLeaseReturns bounds the returns in one /v1/lease/return call.
+const MaxLeaseReturns = 1000
+
+// returnSlack is how long before its lease's deadline a return's Redis
+// calls must be done; a return is taken only while twice that is left.
+const returnSlack = 50 * time.Millisecond
+
+// leaseBody is the JSON body of POST /v1/lease.
+type leaseBody struct {
+	Request requestBody       `json:"request"`
+	Attrs   map[string]string `json:"attrs"`
+	Permits int64             `json:"permits"`
+}
+
+// leaseAnswer is the JSON body of a lease answer.
+type leaseAnswer struct {
+	Leasable     bool           `json:"leasable"`
+	Reason       string         `json:"reason,omitempty"`
+	Permits      int64          `json:"permits"`
+	MaxPermits   int64          `json:"max_permits"`
+	TTLMicros    int64          `json:"ttl_us"`
+	RetryAfterMS int64          `json:"retry_after_ms"`
+	DenyFirm     bool           `json:"deny_firm"`
+	Lease        string         `json:"lease,omitempty"`
+	Results      []resultAnswer `json:"results"`
+}
+
+// leaseTicket is what a lease's opaque "lease" string holds: the holds to
+// refund and the deadline (this server's clock, Unix microseconds) after
+// which no return is taken.
+type leaseTicket struct {
+	Deadline int64       `json:"d"`
+	Permits  int64       `json:"p"`
+	Holds    []leaseHold `json:"h"`
+}
+
+type leaseHold struct {
+	Rule    string `json:"r"`
+	Subject string `json:"s"`
+	Taken   int64  `json:"t"`
+}
+
+func (t *leaseTicket) encode() string {
+	data, err := json.Marshal(t)
+	if err != nil { // strings and integers always marshal
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(data)
+}
+
+func decodeTicket(s string) (*leaseTicket, error) {
+	data, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("not a lease this API gave: %w", err)
+	}
+	var t leaseTicket
+	if err := json.Unmarshal(data, &t, json.RejectUnknownMembers(true)); err != nil {
+		return nil, fmt.Errorf("not a lease this API gave: %w", err)
+	}
+	if t.Permits < 0 || t.Permits > host.MaxClientLease {
+		return nil, fmt.Errorf("not a lease this API gave: permits %d", t.Permits)
+	}
+	return &t, nil
+}
+
+// handleLease takes permits for a client to grant in-process:
+// {"request", "attrs", "permits"} → 200 {"leasable", "permits", "ttl_us",
+// "lease", "results", ...}. A request some matching rule cannot lease
+// answers leasable false with the reason; a plugin failure answers 503
+// lease_failed, and the client then asks per request.
+func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var body leaseBody
+	if e := decodeJSON(w, r, &body); e != nil {
+		writeError(w, e)
+		return
+	}
+	if body.Permits < 1 || body.Permits > host.MaxClientLease {
+		writeError(w, newBadRequest("invalid_field", "permits: must be between 1 and %d, got %d", host.MaxClientLease, body.Permits))
+		return
+	}
+	req := &host.LeaseRequest{Request: body.Request.toHost(), Attrs: body.Attrs, Permits: body.Permits}
+	l, err := s.leaser.Lease(r.Context(), req)
+	if err != nil {
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "lease_failed", Message: err.Error()})
+		return
+	}
+	a := leaseAnswer{Leasable: l.Leasable, Reason: l.Reason, Results: []resultAnswer{}}
+	if l.Leasable {
+		a.Permits, a.MaxPermits, a.TTLMicros, a.DenyFirm = l.Permits, l.MaxPermits, l.TTL.Microseconds(), l.DenyFirm
+		a.RetryAfterMS = ceilMS(l.RetryAfter)
+		res := host.Result{Allowed: l.Permits > 0, RetryAfter: l.RetryAfter, Results: l.Results}
+		a.Results = encodeResult(&res).Results
+		SetRateLimitHeaders(w.Header(), &res)
+		if l.Permits > 0 && len(l.Holds) > 0 {
+			t := leaseTicket{Deadline: start.Add(l.TTL).UnixMicro(), Permits: l.Permits}
+			for _, h := range l.Holds {
+				t.Holds = append(t.Holds, leaseHold{Rule: h.Rule, Subject: h.Subject, Taken: h.Taken})
+			}
+			a.Lease = t.encode()
+		}
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+// leaseReturnBody is the JSON body of POST /v1/lease/return.
+type leaseReturnBody struct {
+	Returns []struct {
+		Request requestBody       `json:"request"`
+		Attrs   map[string]string `json:"attrs"`
+		Lease   string            `json:"lease"`
+		Unused  int64             `json:"unused"`
+	} `json:"returns"`
+}
+
+// handleLeaseReturn gives back unused leased permits:
+// {"returns": [{"request", "attrs", "lease", "unused"}]} → 200
+// {"returned": UNITS, "late": N}. A return that comes too close to its
+// lease's deadline (less than twice returnSlack before it) is refused and
+// counted as late, and the Redis calls of one taken must be done returnSlack
+// before it: units given back after the window moved on would be credited
+// to the next one, so late ones are left to their window.
+func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
+	var body leaseReturnBody
+	if e := decodeJSON(w, r, &body); e != nil {
+		writeError(w, e)
+		return
+	}
+	if len(body.Returns) > MaxLeaseReturns {
+		writeError(w, newBadRequest("invalid_field", "returns: at most %d per call, got %d", MaxLeaseReturns, len(body.Returns)))
+		return
+	}
+	rets := make([]*host.LeaseReturn, len(body.Returns))
+	deadlines := make([]time.Time, len(body.Returns))
+	for i, b := range body.Returns {
+		t, err := decodeTicket(b.Lease)
+		if err != nil {
+			writeError(w, newBadRequest("invalid_field", "returns[%d].lease: %v", i, err))
+			return
+		}
+		if b.Unused < 0 || b.Unused > t.Permits {
+			writeError(w, newBadRequest("invalid_field", "returns[%d].unused: must be between 0 and the lease's %d permits, got %d", i, t.Permits, b.Unused))
+			return
+		}
+		ret := &host.LeaseReturn{Request: b.Request.toHost(), Attrs: b.Attrs, Permits: t.Permits, Unused: b.Unused}
+		for _, h := range t.Holds {
+			ret.Holds = append(ret.Holds, host.LeaseHold{Rule: h.Rule, Subject: h.Subject, Taken: h.Taken})
+		}
+		rets[i], deadlines[i] = ret, time.UnixMicro(t.Deadline)
+	}
+	var out struct {
+		Returned int64    `json:"returned"`
+		Late     int      `json:"late"`
+		Errors   []string `json:"errors"`
+	}
+	out.Errors = []string{}
+	for i, ret := range rets {
+		if ret.Unused == 0 {
+			continue
+		}
+		if !time.Now().Add(2 * returnSlack).Before(deadlines[i]) {
+			out.Late++
+			continue
+		}
+		ctx, cancel := context.WithDeadline(r.Context(), deadlines[i].Add(-returnSlack))
+		n, err := s.leaser.ReturnLease(ctx, ret)
+		cancel()
+		out.Returned += n
+		if err != nil {
+			out.Errors = append(out.Errors, fmt.Sprintf("returns[%d]: %v", i, err))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// toHost makes a decoded request body the engine's request.
+func (b *requestBody) toHost() host.Request {
+	return host.Request{
+		IP: b.IP, Method: b.Method, Path: b.Path, Host: b.Host,
+		User: b.User, Headers: host.NormalizeHeaders(b.Headers), Query: b.Query,
+	}
+}
