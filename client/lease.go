@@ -59,7 +59,7 @@ const (
 	returnCutoff = 150 * time.Millisecond
 	// maxEntries bounds the requests remembered; past it, idle ones go.
 	// maxWaits bounds the fills one request waits for.
-	maxWaits     = 10
+	maxWaits     = 100
 	maxEntries   = 100_000
 	leaseShards  = 32
 	maxReturnsIn = 1000
@@ -371,7 +371,18 @@ func (ls *lease) runningLow() bool {
 
 // answer is the Answer of hits granted from the lease at now.
 func (ls *lease) answer(hits int64, now time.Time) *Answer {
-	a := &Answer{Allowed: true, StatusCode: http.StatusOK, Results: make([]Result, len(ls.results)), Leased: true, policy: ls.policy}
+	var a *Answer
+	if len(ls.results) == 1 { // the usual case: one allocation
+		w := &struct {
+			a Answer
+			r [1]Result
+		}{}
+		a = &w.a
+		a.Results = w.r[:]
+	} else {
+		a = &Answer{Results: make([]Result, len(ls.results))}
+	}
+	a.Allowed, a.StatusCode, a.Leased, a.policy = true, http.StatusOK, true, ls.policy
 	since := now.Sub(ls.filled)
 	for i, r := range ls.results {
 		r.Allowed, r.Granted = true, hits

@@ -243,3 +243,22 @@ func TestLeasedDenialIsKept(t *testing.T) {
 		t.Fatalf("%d lease calls, %d checks for 2300 decisions", n, seen.get("/v1/check"))
 	}
 }
+
+// BenchmarkLeasedCheck is decisions made in-process from leases, from
+// parallel goroutines, against ruled and Redis on this machine.
+func BenchmarkLeasedCheck(b *testing.B) {
+	r := startRuledWith(b, "rules:\n  - name: big\n    subject: request.ip\n    plugin: fixedwindow\n    config: {limit: 1000000000000, window: 1h}\n    lease: 100000\n", nil)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{MaxPermits: 100000}))
+	defer c.Close(context.Background())
+	req := client.CheckRequest{Request: client.Request{IP: "192.0.2.9", Path: "/items", Method: "GET"}, Attrs: map[string]string{"tenant": "acme"}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if a, err := c.Check(context.Background(), req); err != nil || !a.Allowed {
+				b.Error(a, err)
+				return
+			}
+		}
+	})
+}

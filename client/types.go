@@ -54,7 +54,8 @@ func (r *CheckRequest) body() checkBody {
 	case r.Peek:
 		b.Hits = new(int64)
 	case r.Hits != 0:
-		b.Hits = &r.Hits
+		hits := r.Hits // not &r.Hits: r would escape on every Check
+		b.Hits = &hits
 	}
 	return b
 }
