@@ -35,3 +35,20 @@ func ExampleMiddleware() {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "hello") })
 	log.Fatal(http.ListenAndServe("127.0.0.1:8000", limit(mux)))
 }
+
+func ExampleWithLeases() {
+	// Rules with lease: N are decided in-process from leased permits; the
+	// others are asked of ruled per request, as without leases.
+	c := client.New("http://127.0.0.1:8080", client.WithLeases(client.LeaseOptions{MaxPermits: 500}))
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil { // return what was not used
+			log.Printf("returning leased permits: %v", err)
+		}
+	}()
+	ans, err := c.Check(context.Background(), client.CheckRequest{Request: client.Request{IP: "203.0.113.7", Path: "/search"}})
+	if err == nil && ans.Allowed {
+		fmt.Println("allowed; decided in-process:", ans.Leased)
+	}
+}

@@ -323,8 +323,13 @@ func (ls *lease) take(hits int64, now time.Time, pending bool) (*Answer, verdict
 			return nil, askRuled
 		}
 		a := *ls.denial
-		a.RetryAfter = max(a.RetryAfter-now.Sub(ls.filled), time.Millisecond)
+		since := now.Sub(ls.filled)
+		a.RetryAfter = max(a.RetryAfter-since, time.Millisecond)
 		a.Results = slices.Clone(a.Results)
+		for i := range a.Results {
+			r := &a.Results[i]
+			r.Reset, r.RetryAfter = max(r.Reset-since, 0), max(r.RetryAfter-since, 0)
+		}
 		return &a, denied
 	}
 	return ls.grant(hits, now), granted

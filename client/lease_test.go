@@ -3,6 +3,9 @@ package client_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,4 +264,101 @@ func BenchmarkLeasedCheck(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The middleware decides from leases when its client has them, and its
+// answers carry the RateLimit fields ruled would have sent.
+func TestMiddlewareWithLeases(t *testing.T) {
+	var seen calls
+	r := startRuledWith(t, `rules:
+  - name: small
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 3, window: 1h}
+    lease: 2
+`, seen.observe)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	a := newApp(t, c, client.MiddlewareOptions{})
+	for i := 1; i <= 3; i++ {
+		resp, _ := a.get(t, "/", nil)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("RateLimit-Policy") != `"small";q=3;w=3600` ||
+			!strings.HasPrefix(resp.Header.Get("RateLimit"), `"small";r=`) || resp.Header.Get("Retry-After") != "" {
+			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+	}
+	resp, _ := a.get(t, "/", nil)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"small";r=0;t=`) {
+		t.Fatalf("4th request: %d %v", resp.StatusCode, resp.Header)
+	}
+	if n := seen.get("/v1/check"); n != 0 || seen.get("/v1/lease") == 0 {
+		t.Fatalf("%d checks and %d lease calls, want leases only", n, seen.get("/v1/lease"))
+	}
+}
+
+// A reload reaches a client with leases within a second: it asks again
+// what its requests match at least once a second, and leased permits end
+// within a second of being taken.
+func TestLeasesFollowAReloadWithinASecond(t *testing.T) {
+	r := startRuledWith(t, "rules:\n  - name: before\n    subject: request.ip\n    plugin: fixedwindow\n    config: {limit: 1000000, window: 1h}\n    lease: 100\n", nil)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	req := ip("192.0.2.20")
+	ruleOf := func() string {
+		a, err := c.Check(context.Background(), req)
+		if err != nil || len(a.Results) != 1 {
+			t.Fatalf("check: %+v %v", a, err)
+		}
+		return a.Results[0].Rule
+	}
+	for i := 0; i < 50; i++ {
+		if got := ruleOf(); got != "before" {
+			t.Fatalf("rule %q before the reload", got)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "after.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  - name: after\n    subject: request.ip\n    plugin: fixedwindow\n    config: {limit: 1000000, window: 1h}\n    lease: 100\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.engine.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := time.Now()
+	for ruleOf() != "after" {
+		if time.Since(reloaded) > 1250*time.Millisecond {
+			t.Fatalf("the client still decides by the old rules %v after the reload", time.Since(reloaded))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("new rules in use %v after the reload", time.Since(reloaded))
+}
+
+// A client keeps a firm denial for at most a second: quota freed in ruled
+// (here by an operator's reset) is found within it.
+func TestLeasedDenialLastsAtMostASecond(t *testing.T) {
+	r := startRuledWith(t, "rules:\n  - name: small\n    subject: request.ip\n    plugin: fixedwindow\n    config: {limit: 3, window: 1h}\n    lease: 2\n", nil)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	req := ip("192.0.2.21")
+	allowed := func() bool {
+		a, err := c.Check(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Allowed
+	}
+	for allowed() {
+	}
+	if _, err := r.engine.Reset(context.Background(), "small", "192.0.2.21"); err != nil {
+		t.Fatal(err)
+	}
+	reset := time.Now()
+	for !allowed() {
+		if time.Since(reset) > 1250*time.Millisecond {
+			t.Fatalf("still denied %v after the quota was reset", time.Since(reset))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("allowed again %v after the reset", time.Since(reset))
 }

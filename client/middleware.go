@@ -82,7 +82,7 @@ func Middleware(c *Client, o MiddlewareOptions) func(http.Handler) http.Handler 
 				return
 			}
 			h := w.Header()
-			for k, v := range ans.Header {
+			for k, v := range ans.RateLimitHeader() {
 				if k != "Retry-After" || !ans.Allowed {
 					h[k] = v
 				}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -84,6 +85,57 @@ type Answer struct {
 	Leased bool
 
 	policy string // RateLimit-Policy of the lease, for a leased answer
+}
+
+// RateLimitHeader returns the RateLimit, RateLimit-Policy and Retry-After
+// fields of the answer: Header as ruled sent it, or, for a leased answer,
+// the same fields built from the lease's policy and the answer's Results
+// (draft-ietf-httpapi-ratelimit-headers-11, as ruled writes them).
+func (a *Answer) RateLimitHeader() http.Header {
+	if !a.Leased || a.Header != nil {
+		return a.Header
+	}
+	h := http.Header{}
+	if a.policy != "" {
+		h.Set("RateLimit-Policy", a.policy)
+	}
+	var b []byte
+	var retry int64
+	for _, r := range a.Results {
+		if r.Shadow || r.Limit <= 0 || (!a.Allowed && r.Allowed) {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, r.Rule)
+		if r.Allowed {
+			b = append(b, ";r="...)
+			b = strconv.AppendInt(b, max(r.Remaining, 0), 10)
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, ceilSeconds(r.Reset), 10)
+			continue
+		}
+		t := max(ceilSeconds(a.RetryAfter), 1)
+		retry = max(retry, t)
+		b = append(b, ";r=0;t="...)
+		b = strconv.AppendInt(b, t, 10)
+	}
+	if len(b) > 0 {
+		h.Set("RateLimit", string(b))
+	}
+	if !a.Allowed {
+		h.Set("Retry-After", strconv.FormatInt(max(retry, 1), 10))
+	}
+	return h
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // Delay is the longest shaping delay among the non-shadow rules: an
