@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -69,6 +70,42 @@ type LeaseReturn struct {
 	Permits int64 // the lease's
 	Unused  int64 // 0 to Permits
 	Holds   []LeaseHold
+	// Deadline is when the lease ends: its request's start plus its TTL,
+	// on the clock of the instance that gave it.
+	Deadline time.Time
+}
+
+// ReturnSlack is how long before its lease's deadline a return's Redis
+// calls must be done; a return is taken only while twice that is left.
+const ReturnSlack = 50 * time.Millisecond
+
+// ErrLateReturn is the error of a return that came within 2 × ReturnSlack
+// of its lease's deadline: its units are left to their window, since by
+// the time Redis ran the refund the window could have moved on, and the
+// units would be credited to the next one.
+var ErrLateReturn = errors.New("lease return: too close to the lease's deadline")
+
+// LeaseEvent is what happened to client-leased units.
+type LeaseEvent string
+
+// LeaseEvents.
+const (
+	LeaseTaken    LeaseEvent = "taken"    // counted for a client lease
+	LeaseReturned LeaseEvent = "returned" // given back unused
+	LeaseLate     LeaseEvent = "late"     // returned too late, left counted
+)
+
+// LeaseObserver, when the engine's Observer implements it too, is told of
+// client-leased units, per rule.
+type LeaseObserver interface {
+	LeaseUnits(rule string, event LeaseEvent, units int64)
+}
+
+// observeLease tells the observer of units of rule, if it listens.
+func (e *Engine) observeLease(rule string, event LeaseEvent, units int64) {
+	if lo, ok := e.obs.(LeaseObserver); ok && units > 0 {
+		lo.LeaseUnits(rule, event, units)
+	}
 }
 
 // Lease takes permits for a client to grant in-process: from every rule
@@ -125,6 +162,7 @@ func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, err
 		}
 		if rr.Granted > 0 {
 			out.Holds = append(out.Holds, LeaseHold{Rule: rr.Rule, Subject: rr.Subject, Taken: rr.Granted})
+			e.observeLease(rr.Rule, LeaseTaken, rr.Granted)
 		}
 	}
 	if out.Permits == 0 {
@@ -180,14 +218,25 @@ func (e *Engine) giveBackHolds(ctx context.Context, b budget, g *generation, sel
 // allowed; others are skipped (their units expire with the window). It
 // returns how many units went back, summed over the rules.
 //
-// The caller must make sure that the lease has not ended: units given
-// back after a window moved on would be credited to the next window.
+// A return within 2 × ReturnSlack of ret.Deadline gives nothing back and
+// answers ErrLateReturn; the Redis calls of one taken must be done
+// ReturnSlack before the deadline, or they are not made.
 func (e *Engine) ReturnLease(ctx context.Context, ret *LeaseReturn) (int64, error) {
 	if ret.Permits < 0 || ret.Unused < 0 || ret.Unused > ret.Permits {
 		return 0, fmt.Errorf("lease return: unused must be between 0 and the lease's %d permits, got %d", ret.Permits, ret.Unused)
 	}
 	used := ret.Permits - ret.Unused
-	b := newBudget(ctx, time.Now(), e.timeout)
+	start := time.Now()
+	if !start.Add(2 * ReturnSlack).Before(ret.Deadline) {
+		for _, h := range ret.Holds {
+			e.observeLease(h.Rule, LeaseLate, h.Taken-min(h.Taken, used))
+		}
+		return 0, ErrLateReturn
+	}
+	b := newBudget(ctx, start, e.timeout)
+	if cut := ret.Deadline.Add(-ReturnSlack); cut.Before(b.deadline) {
+		b.deadline = cut
+	}
 	g := e.gen.Load()
 	in := rules.Input{Request: ret.Request, Attrs: ret.Attrs}
 	sels := g.set.AppendMatch(nil, &in)
@@ -208,6 +257,7 @@ func (e *Engine) ReturnLease(ctx context.Context, ret *LeaseReturn) (int64, erro
 				break
 			}
 			e.deny.Forget(local.Key{Rule: rule.Name, Subject: sel.Subject})
+			e.observeLease(rule.Name, LeaseReturned, back)
 			total += back
 			break
 		}

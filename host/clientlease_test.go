@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +85,7 @@ func TestClientLeaseTakesTheLeastOfEveryRule(t *testing.T) {
 	}
 
 	// Four of the ten used: six go back to each rule.
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 6, Holds: l.Holds})
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 6, Holds: l.Holds, Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 12 {
 		t.Fatalf("returned %d units (%v), want 6 to each of two rules", n, err)
 	}
@@ -121,7 +122,7 @@ func TestClientLeaseShadowRuleCountsOnlyWhatItAllowed(t *testing.T) {
 	}
 	// Two used: the shadow rule counted the first four of the lease, so it
 	// gets two back; per-ip gets the other eighteen.
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 20, Unused: 18, Holds: l.Holds})
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 20, Unused: 18, Holds: l.Holds, Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 18+2 {
 		t.Fatalf("returned %d (%v), want 20", n, err)
 	}
@@ -176,14 +177,32 @@ func TestClientLeaseReturnSkipsRulesThatChanged(t *testing.T) {
 	// A hold for another subject (the rules changed what it is) is not
 	// refunded to the subject the rule picks now.
 	holds := []host.LeaseHold{{Rule: "per-ip", Subject: "192.0.2.99", Taken: 30}}
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: holds})
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: holds, Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 0 {
 		t.Fatalf("returned %d (%v) to a subject that is not the request's, want 0", n, err)
 	}
-	if _, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 31, Holds: l.Holds}); err == nil {
+	if _, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 31, Holds: l.Holds, Deadline: time.Now().Add(time.Second)}); err == nil {
 		t.Fatal("returning more than the lease had was accepted")
 	}
 	if got := peekRemaining(t, e, req, "per-ip"); got != 70 {
 		t.Fatalf("per-ip remaining %d, want 70", got)
+	}
+}
+
+func TestClientLeaseReturnTooLateGivesNothingBack(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, clientLeaseRules, time.Second)
+	ctx := context.Background()
+	req := host.Request{IP: "192.0.2.6"}
+	l, err := e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 30})
+	if err != nil || l.Permits != 30 {
+		t.Fatalf("lease %+v (%v)", l, err)
+	}
+	late := &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: l.Holds, Deadline: time.Now().Add(2*host.ReturnSlack - time.Millisecond)}
+	if n, err := e.ReturnLease(ctx, late); !errors.Is(err, host.ErrLateReturn) || n != 0 {
+		t.Fatalf("return %v before the deadline: %d, %v; want ErrLateReturn", 2*host.ReturnSlack, n, err)
+	}
+	if got := peekRemaining(t, e, req, "per-ip"); got != 70 {
+		t.Fatalf("per-ip remaining %d, want 70: a late return gives nothing back", got)
 	}
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -20,10 +21,6 @@ type Leaser interface {
 
 // MaxLeaseReturns bounds the returns in one /v1/lease/return call.
 const MaxLeaseReturns = 1000
-
-// returnSlack is how long before its lease's deadline a return's Redis
-// calls must be done; a return is taken only while twice that is left.
-const returnSlack = 50 * time.Millisecond
 
 // leaseBody is the JSON body of POST /v1/lease.
 type leaseBody struct {
@@ -135,11 +132,8 @@ type leaseReturnBody struct {
 
 // handleLeaseReturn gives back unused leased permits:
 // {"returns": [{"request", "attrs", "lease", "unused"}]} → 200
-// {"returned": UNITS, "late": N}. A return that comes too close to its
-// lease's deadline (less than twice returnSlack before it) is refused and
-// counted as late, and the Redis calls of one taken must be done returnSlack
-// before it: units given back after the window moved on would be credited
-// to the next one, so late ones are left to their window.
+// {"returned": UNITS, "late": N}. A return too close to its lease's
+// deadline is refused and counted as late (host.ErrLateReturn).
 func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 	var body leaseReturnBody
 	if e := decodeJSON(w, r, &body); e != nil {
@@ -151,7 +145,6 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rets := make([]*host.LeaseReturn, len(body.Returns))
-	deadlines := make([]time.Time, len(body.Returns))
 	for i, b := range body.Returns {
 		t, err := decodeTicket(b.Lease)
 		if err != nil {
@@ -162,11 +155,11 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 			writeError(w, newBadRequest("invalid_field", "returns[%d].unused: must be between 0 and the lease's %d permits, got %d", i, t.Permits, b.Unused))
 			return
 		}
-		ret := &host.LeaseReturn{Request: b.Request.toHost(), Attrs: b.Attrs, Permits: t.Permits, Unused: b.Unused}
+		ret := &host.LeaseReturn{Request: b.Request.toHost(), Attrs: b.Attrs, Permits: t.Permits, Unused: b.Unused, Deadline: time.UnixMicro(t.Deadline)}
 		for _, h := range t.Holds {
 			ret.Holds = append(ret.Holds, host.LeaseHold{Rule: h.Rule, Subject: h.Subject, Taken: h.Taken})
 		}
-		rets[i], deadlines[i] = ret, time.UnixMicro(t.Deadline)
+		rets[i] = ret
 	}
 	var out struct {
 		Returned int64    `json:"returned"`
@@ -178,15 +171,12 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 		if ret.Unused == 0 {
 			continue
 		}
-		if !time.Now().Add(2 * returnSlack).Before(deadlines[i]) {
-			out.Late++
-			continue
-		}
-		ctx, cancel := context.WithDeadline(r.Context(), deadlines[i].Add(-returnSlack))
-		n, err := s.leaser.ReturnLease(ctx, ret)
-		cancel()
+		n, err := s.leaser.ReturnLease(r.Context(), ret)
 		out.Returned += n
-		if err != nil {
+		switch {
+		case errors.Is(err, host.ErrLateReturn):
+			out.Late++
+		case err != nil:
 			out.Errors = append(out.Errors, fmt.Sprintf("returns[%d]: %v", i, err))
 		}
 	}

@@ -101,6 +101,7 @@ type Metrics struct {
 
 	decisions   *prometheus.CounterVec
 	denyCache   *prometheus.CounterVec
+	leaseUnits  *prometheus.CounterVec
 	checkDur    prometheus.Histogram
 	redisDur    *prometheus.HistogramVec
 	redisErrs   *prometheus.CounterVec
@@ -155,6 +156,10 @@ func New(o Options) *Metrics {
 			Name: "ruled_deny_cache_hits_total",
 			Help: "Denials answered by the in-process deny cache instead of Redis, by rule (also counted as denied decisions).",
 		}, []string{"rule"}),
+		leaseUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ruled_client_lease_units_total",
+			Help: "Units of client leases (POST /v1/lease) by rule and event: taken, returned unused, late (a return refused near the lease's deadline; its units stay counted).",
+		}, []string{"rule", "event"}),
 		checkDur: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ruled_check_duration_seconds",
 			Help:    "Time to decide one check, all matching rules included.",
@@ -222,7 +227,7 @@ func New(o Options) *Metrics {
 		Help:        "Always 1; the labels say which ruled build is running.",
 		ConstLabels: prometheus.Labels{"version": o.Version, "goversion": runtime.Version()},
 	}, func() float64 { return 1 })
-	m.reg.MustRegister(m.decisions, m.denyCache, m.checkDur, m.redisDur, m.redisErrs, m.pluginErrs,
+	m.reg.MustRegister(m.decisions, m.denyCache, m.leaseUnits, m.checkDur, m.redisDur, m.redisErrs, m.pluginErrs,
 		m.redisUp, m.nodeDur, m.nodeErrs, &nodeCollector{m: m}, m.reloads, m.rulesLoaded, m.lastReload, m.pools, instances, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -340,6 +345,11 @@ func (m *Metrics) Decision(rule, _ string, outcome host.Outcome, cached bool) {
 	if cached {
 		rm.denyCache.Inc()
 	}
+}
+
+// LeaseUnits implements host.LeaseObserver.
+func (m *Metrics) LeaseUnits(rule string, event host.LeaseEvent, units int64) {
+	m.leaseUnits.WithLabelValues(rule, string(event)).Add(float64(units))
 }
 
 // Check implements host.Observer.

@@ -347,3 +347,32 @@ func BenchmarkCheckAndRedisCall(b *testing.B) {
 		}
 	})
 }
+
+func TestClientLeaseUnits(t *testing.T) {
+	r := newRig(t)
+	path := filepath.Join(t.TempDir(), "leased.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  - name: leased\n    subject: request.ip\n    plugin: fixedwindow\n    config: {limit: 100, window: 1h}\n    lease: 30\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.e.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := host.Request{IP: subject}
+	l, err := r.e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 50})
+	if err != nil || l.Permits != 30 {
+		t.Fatalf("lease %+v, %v", l, err)
+	}
+	ret := host.LeaseReturn{Request: req, Permits: 30, Unused: 10, Holds: l.Holds, Deadline: time.Now().Add(time.Second)}
+	if _, err := r.e.ReturnLease(ctx, &ret); err != nil {
+		t.Fatal(err)
+	}
+	ret.Unused, ret.Deadline = 4, time.Now()
+	if _, err := r.e.ReturnLease(ctx, &ret); !errors.Is(err, host.ErrLateReturn) {
+		t.Fatalf("late return: %v", err)
+	}
+	_, samples := r.scrape(t)
+	want(t, samples, `ruled_client_lease_units_total{event="taken",rule="leased"}`, 30)
+	want(t, samples, `ruled_client_lease_units_total{event="returned",rule="leased"}`, 10)
+	want(t, samples, `ruled_client_lease_units_total{event="late",rule="leased"}`, 4)
+}
