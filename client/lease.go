@@ -42,8 +42,8 @@ const (
 	// leaseHorizon is how far ahead a lease's size is planned: the permits
 	// asked for are what the recent rate uses in this time.
 	leaseHorizon = 250 * time.Millisecond
-	// firstPermits is the size of a subject's first lease.
-	firstPermits = 16
+	// minPermits is the least a lease asks for once a request repeats.
+	minPermits = 16
 	// mappingTTL is how long a request's lease is trusted before it is
 	// asked again (ruled's rules may have changed what it matches).
 	mappingTTL = time.Second
@@ -72,6 +72,13 @@ const (
 // use when the lease goes idle, before its deadline, and on Close. Requests
 // whose rules do not allow leases (no lease: N, or a plugin that cannot
 // lease) go to ruled one by one, as without leases.
+//
+// Requests share a lease when ruled's rules pick the same subjects for
+// them; the client learns that from one call per distinct request (all of
+// its fields and attrs), which decides that request alone. A field that
+// differs on every request (a request id among the headers) makes every
+// request distinct and leasing pointless: send ruled only what its rules
+// use (MiddlewareOptions.Headers).
 //
 // A leased answer is what the rules would have said, within the bound
 // docs/http.md gives ("Client leases"): a fixed window never admits more
@@ -436,7 +443,11 @@ type leaseAnswer struct {
 // that asked for them, and returns that answer. A request that cannot
 // lease, or whose lease failed, goes to ruled one by one for refusedFor.
 func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) *Answer {
-	want := int64(firstPermits)
+	// A request not seen before asks for itself alone: until ruled has
+	// answered, the client cannot know which lease it shares, and a
+	// request that never comes again (one carrying a request id) must not
+	// take permits it would leave unused.
+	want := hits
 	if old != nil {
 		want = old.nextSize(hits)
 	}
@@ -527,7 +538,7 @@ func (ls *lease) nextSize(hits int64) int64 {
 		rate := float64(ls.grants) / el.Seconds()
 		want = int64(math.Ceil(rate * leaseHorizon.Seconds()))
 	}
-	want = min(max(want, firstPermits), ls.maxSize)
+	want = min(max(want, minPermits), ls.maxSize)
 	ls.want = want
 	return max(want-ls.available, hits)
 }

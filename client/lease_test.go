@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -361,4 +362,26 @@ func TestLeasedDenialLastsAtMostASecond(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Logf("allowed again %v after the reset", time.Since(reset))
+}
+
+// A request seen for the first time takes a permit for itself alone: a
+// stream of distinct requests (each with its own request id) takes no
+// permits it would leave unused.
+func TestDistinctRequestsTakeNoMoreThanTheyUse(t *testing.T) {
+	var seen calls
+	r := startRuledWith(t, leaseRules, seen.observe)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	for i := 0; i < 50; i++ {
+		req := client.CheckRequest{Request: client.Request{IP: "192.0.2.30"}, Attrs: map[string]string{"request-id": fmt.Sprint(i)}}
+		if a, err := c.Check(context.Background(), req); err != nil || !a.Allowed {
+			t.Fatalf("check %d: %+v %v", i, a, err)
+		}
+	}
+	if got := remaining(t, r.url, ip("192.0.2.30"), "quota"); got != 2000-50 {
+		t.Fatalf("remaining %d after 50 distinct requests, want %d: none taken ahead", got, 2000-50)
+	}
+	if n := seen.get("/v1/lease"); n != 50 {
+		t.Fatalf("%d lease calls for 50 distinct requests, want 50", n)
+	}
 }
