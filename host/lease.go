@@ -39,6 +39,7 @@ type lease struct {
 	sel      rules.Selection // of the rule (of one loaded set) that filled it
 	permits  int64
 	taken    time.Time    // when the permits were taken
+	used     time.Time    // when the lease last granted
 	expires  time.Time    // when they may no longer be granted
 	decision sdk.Decision // the fill's decision: limit, window, remaining
 }
@@ -122,6 +123,7 @@ func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key loca
 	valid := l.sel.Rule == rule && now.Before(l.expires)
 	if valid && l.permits >= req.Hits {
 		l.permits -= req.Hits
+		l.used = now
 		return l.grant(req.Hits, now), nil
 	}
 	// Top the lease up: the permits it still holds count towards the
@@ -159,7 +161,7 @@ func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key loca
 	}
 	l.sel, l.plugin = sel, p
 	l.permits = got - req.Hits
-	l.taken = now
+	l.taken, l.used = now, now
 	l.decision = d
 	return l.grant(req.Hits, now), nil
 }
@@ -210,4 +212,58 @@ func (e *Engine) ReturnLeases(ctx context.Context) {
 	for _, l := range e.leases.drain(e.now()) {
 		e.giveBack(ctx, budget{}, l.plugin, l.sel, l.permits)
 	}
+}
+
+// Idle leases: a lease unused for leaseIdle, or ending within
+// leaseReturnBefore, gives its permits back (ReturnIdleLeases).
+const (
+	leaseIdle         = 100 * time.Millisecond
+	leaseReturnBefore = 300 * time.Millisecond
+)
+
+// ReturnIdleLeases gives back, every leaseIdle/2 until ctx ends, the
+// permits of the leases that went unused for leaseIdle or end within
+// leaseReturnBefore, so that quota does not sit in this instance while
+// others are denied (permits not returned stay counted until their quota
+// period moves on). ruled serve runs it.
+func (e *Engine) ReturnIdleLeases(ctx context.Context) {
+	t := time.NewTicker(leaseIdle / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			now := e.now()
+			for _, l := range e.leases.idle(now) {
+				// The refund must be done ReturnSlack before the lease
+				// ends (a budget is on the wall clock; e.now may not be).
+				b := budget{deadline: time.Now().Add(l.expires.Sub(now) - ReturnSlack)}
+				e.giveBack(ctx, b, l.plugin, l.sel, l.permits)
+			}
+		}
+	}
+}
+
+// idle takes the permits out of the leases ReturnIdleLeases gives back.
+func (ls *leases) idle(now time.Time) []*lease {
+	var out []*lease
+	for i := range ls.shards {
+		s := &ls.shards[i]
+		s.mu.Lock()
+		for _, l := range s.m {
+			if !l.mu.TryLock() { // busy: not idle
+				continue
+			}
+			if l.permits > 0 && (now.Sub(l.used) >= leaseIdle || l.expires.Sub(now) < leaseReturnBefore) {
+				if now.Add(2 * ReturnSlack).Before(l.expires) { // else the refund could reach the next window
+					out = append(out, &lease{plugin: l.plugin, sel: l.sel, permits: l.permits, expires: l.expires})
+				}
+				l.permits = 0
+			}
+			l.mu.Unlock()
+		}
+		s.mu.Unlock()
+	}
+	return out
 }

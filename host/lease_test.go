@@ -86,3 +86,34 @@ func BenchmarkCheckLeased(b *testing.B) {
 	}
 	runChecks(b, e, ips, true)
 }
+
+// An instance's idle lease goes back to Redis within a sweep of going
+// idle, so that other instances find its quota.
+func TestIdleLeasesGoBack(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, leasedRule, time.Second)
+	other := newEngine(t, srv, leasedRule, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.ReturnIdleLeases(ctx)
+	for i := 0; i < 7; i++ {
+		if !check(e, "198.51.100.4").Allowed {
+			t.Fatal("denied")
+		}
+	}
+	peek := func() int64 {
+		res := other.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: "198.51.100.4"}, Hits: 0})
+		return res.Results[0].Remaining
+	}
+	if got := peek(); got != 950 {
+		t.Fatalf("remaining %d seen from another instance right after a lease of 50, want 950", got)
+	}
+	start := time.Now()
+	for peek() != 993 {
+		if time.Since(start) > 500*time.Millisecond {
+			t.Fatalf("remaining %d 500 ms after the lease went idle, want 993", peek())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("returned %v after going idle", time.Since(start))
+}

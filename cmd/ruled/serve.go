@@ -284,6 +284,9 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 			}
 		}()
 	}
+	leasesCtx, stopLeases := context.WithCancel(ctx)
+	defer stopLeases()
+	go engine.ReturnIdleLeases(leasesCtx) // quota in idle leases goes back for other instances
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
