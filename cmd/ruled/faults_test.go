@@ -114,29 +114,44 @@ func spawnDaemon(t *testing.T, rulesText string, args ...string) *daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
-	addr := freePort(t)
-	d := &daemon{t: t, base: "http://" + addr, dataDir: dataDir, log: &lockedBuffer{}, exited: make(chan struct{})}
-	all := append([]string{"serve", "--rules", rules, "--listen", addr, "--data-dir", dataDir}, args...)
-	d.cmd = exec.Command(bin, all...)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	d.cmd.Env = os.Environ()
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
+	// A free port can be taken by another process (an outgoing connection
+	// of another test) before ruled binds it: then try another.
+	for attempt := 1; ; attempt++ {
+		addr := freePort(t)
+		d := &daemon{t: t, base: "http://" + addr, dataDir: dataDir, log: &lockedBuffer{}, exited: make(chan struct{})}
+		all := append([]string{"serve", "--rules", rules, "--listen", addr, "--data-dir", dataDir}, args...)
+		d.cmd = exec.Command(bin, all...)
+		d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+		d.cmd.Env = os.Environ()
+		if err := d.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = d.cmd.Wait(); close(d.exited) }()
+		if d.serving() {
+			t.Cleanup(d.stop)
+			return d
+		}
+		if logs := d.log.String(); attempt == 3 || !strings.Contains(logs, "address already in use") {
+			t.Fatalf("ruled exited at start:\n%s", tail(logs, 30))
+		}
 	}
-	go func() { _ = d.cmd.Wait(); close(d.exited) }()
-	t.Cleanup(d.stop)
+}
+
+// serving waits until the daemon answers /livez (true) or exits (false).
+func (d *daemon) serving() bool {
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		select {
 		case <-d.exited:
-			t.Fatalf("ruled exited at start:\n%s", tail(d.log.String(), 30))
+			return false
 		default:
 		}
 		if resp, err := http.Get(d.base + "/livez"); err == nil {
 			resp.Body.Close()
-			return d
+			return true
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ruled does not serve HTTP within 15s:\n%s", tail(d.log.String(), 30))
+			d.stop()
+			d.t.Fatalf("ruled does not serve HTTP within 15s:\n%s", tail(d.log.String(), 30))
 		}
 	}
 }
