@@ -150,7 +150,30 @@ func (c *Client) Batch(ctx context.Context, reqs []CheckRequest) ([]*Answer, err
 	for i := range reqs {
 		body.Checks[i] = reqs[i].body()
 	}
-	resp, cancel, err := c.post(ctx, "batch", "/v1/check/batch", body, 0)
+	var out struct {
+		Results []wireAnswer `json:"results"`
+	}
+	if _, err := c.call(ctx, "batch", "/v1/check/batch", body, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(reqs) {
+		return nil, &Error{StatusCode: http.StatusOK, Code: CodeInvalidAnswer, Message: fmt.Sprintf("%d answers for %d checks", len(out.Results), len(reqs))}
+	}
+	answers := make([]*Answer, len(out.Results))
+	for i := range out.Results {
+		a, ok := out.Results[i].answer()
+		if !ok {
+			return nil, &Error{StatusCode: http.StatusOK, Code: CodeInvalidAnswer, Message: fmt.Sprintf("results[%d] is not a check answer", i)}
+		}
+		answers[i] = a
+	}
+	return answers, nil
+}
+
+// call posts body to path and decodes a 200 answer's JSON into out; any
+// other status is an *Error. It returns the answer's header.
+func (c *Client) call(ctx context.Context, op, path string, body, out any) (http.Header, error) {
+	resp, cancel, err := c.post(ctx, op, path, body, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -159,24 +182,10 @@ func (c *Client) Batch(ctx context.Context, reqs []CheckRequest) ([]*Answer, err
 	if resp.StatusCode != http.StatusOK {
 		return nil, errorOf(resp)
 	}
-	var out struct {
-		Results []wireAnswer `json:"results"`
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswerBytes)).Decode(out); err != nil {
+		return nil, c.readError(op, resp, err)
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswerBytes)).Decode(&out); err != nil {
-		return nil, c.readError("batch", resp, err)
-	}
-	if len(out.Results) != len(reqs) {
-		return nil, &Error{StatusCode: resp.StatusCode, Code: CodeInvalidAnswer, Message: fmt.Sprintf("%d answers for %d checks", len(out.Results), len(reqs))}
-	}
-	answers := make([]*Answer, len(out.Results))
-	for i := range out.Results {
-		a, ok := out.Results[i].answer()
-		if !ok {
-			return nil, &Error{StatusCode: resp.StatusCode, Code: CodeInvalidAnswer, Message: fmt.Sprintf("results[%d] is not a check answer", i)}
-		}
-		answers[i] = a
-	}
-	return answers, nil
+	return resp.Header, nil
 }
 
 // decide posts a check or an acquire and reads the decision: 200, 429, or

@@ -3,11 +3,9 @@ package client
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -26,8 +24,8 @@ type LeaseOptions struct {
 	// IdleReturn is how long a lease may go unused before its permits go
 	// back to ruled. Default 100 ms.
 	IdleReturn time.Duration
-	// OnReturnError, when set, is told of a return that failed (the
-	// permits then stay counted until their window ends).
+	// OnReturnError, when set, is told of a return that failed or came
+	// too late (the permits then stay counted until their window ends).
 	OnReturnError func(err error)
 }
 
@@ -132,22 +130,20 @@ type leaseShard struct {
 type entry struct {
 	req     CheckRequest // one hit; the body of its lease calls
 	mu      sync.Mutex
-	lease   *lease    // nil until a lease answered, or while refused
-	until   time.Time // when to ask ruled again what the request matches
-	refused bool      // until then, ask per request
+	lease   *lease    // nil until a lease answered, and while refused
+	until   time.Time // when to ask ruled again what the request matches (lease nil: refused until then)
 	filling chan struct{}
 	used    time.Time
 }
 
 // lease is permits for one set of rules and subjects.
 type lease struct {
-	key       string
 	mu        sync.Mutex
 	batches   []batch // oldest first
 	available int64
-	want      int64 // the next lease's size
-	maxSize   int64 // what the rules allow in one lease
-	filling   bool
+	want      int64     // the next lease's size
+	maxSize   int64     // what the rules allow in one lease
+	filling   bool      // a background fill is under way
 	results   []Result  // of the last fill, for answers
 	policy    string    // RateLimit-Policy of the last fill
 	filled    time.Time // when the last fill was sent
@@ -234,26 +230,19 @@ func (l *leaser) check(ctx context.Context, req *CheckRequest) (*Answer, bool, e
 		now := time.Now()
 		e.mu.Lock()
 		e.used = now
-		if e.refused && now.Before(e.until) {
+		ls := e.lease
+		if ls == nil && now.Before(e.until) { // refused: ask per request until then
 			e.mu.Unlock()
 			return nil, false, nil
 		}
-		ls := e.lease
-		if ls != nil && !e.refused {
+		if ls != nil {
 			a, v := ls.take(hits, now, e.filling != nil)
-			switch v {
-			case granted:
-				if !now.Before(e.until) || ls.runningLow() {
-					l.fillAsync(e, ls)
-				}
+			if v == granted && (!now.Before(e.until) || ls.runningLow()) {
+				l.fillAsync(e, ls)
+			}
+			if v != empty {
 				e.mu.Unlock()
-				return a, true, nil
-			case denied:
-				e.mu.Unlock()
-				return a, true, nil
-			case askRuled:
-				e.mu.Unlock()
-				return nil, false, nil
+				return a, v != askRuled, nil
 			}
 		}
 		if round == maxWaits {
@@ -459,7 +448,7 @@ func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) *An
 		ans, err = l.take(ctx, &e.req, want)
 		defer l.endFill() // after the lease is filed, for close
 	}
-	if old != nil {
+	if old != nil && hits == 0 { // the background fill fillAsync started
 		old.mu.Lock()
 		old.filling = false
 		old.mu.Unlock()
@@ -471,7 +460,7 @@ func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) *An
 		e.mu.Unlock()
 	}()
 	if err != nil || !ans.Leasable {
-		e.refused, e.until, e.lease = true, sent.Add(refusedFor), nil
+		e.until, e.lease = sent.Add(refusedFor), nil
 		return nil
 	}
 	results := make([]Result, len(ans.Results))
@@ -483,7 +472,7 @@ func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) *An
 		key.WriteString(r.Subject)
 		key.WriteByte(0)
 	}
-	ls := l.leaseFor(key.String(), want)
+	ls := l.leaseFor(key.String())
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.maxSize = max(ans.MaxPermits, 1)
@@ -497,7 +486,7 @@ func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) *An
 		ls.denyUntil, ls.denyFirm = sent.Add(min(retry, maxDenyFor)), ans.DenyFirm
 		ls.denial = &Answer{StatusCode: http.StatusTooManyRequests, RetryAfter: retry, Results: results, Leased: true, policy: ls.policy}
 	}
-	e.lease, e.refused, e.until = ls, false, sent.Add(mappingTTL)
+	e.lease, e.until = ls, sent.Add(mappingTTL)
 	if now := time.Now(); hits > 0 && ls.available >= hits && now.Before(ls.batches[0].deadline) {
 		return ls.grant(hits, now)
 	}
@@ -544,12 +533,12 @@ func (ls *lease) nextSize(hits int64) int64 {
 }
 
 // leaseFor returns the lease of key, adding it when there is none.
-func (l *leaser) leaseFor(key string, want int64) *lease {
+func (l *leaser) leaseFor(key string) *lease {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ls := l.byKey[key]
 	if ls == nil {
-		ls = &lease{key: key, want: want, maxSize: want}
+		ls = &lease{}
 		l.byKey[key] = ls
 	}
 	return ls
@@ -562,20 +551,12 @@ func (l *leaser) take(ctx context.Context, req *CheckRequest, permits int64) (*l
 		Attrs   map[string]string `json:"attrs,omitempty"`
 		Permits int64             `json:"permits"`
 	}{req.Request, req.Attrs, permits}
-	resp, cancel, err := l.c.post(ctx, "lease", "/v1/lease", body, 0)
+	var a leaseAnswer
+	h, err := l.c.call(ctx, "lease", "/v1/lease", body, &a)
 	if err != nil {
 		return nil, err
 	}
-	defer cancel()
-	defer drain(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, errorOf(resp)
-	}
-	var a leaseAnswer
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswerBytes)).Decode(&a); err != nil {
-		return nil, l.c.readError("lease", resp, err)
-	}
-	a.policy = resp.Header.Get("RateLimit-Policy")
+	a.policy = h.Get("RateLimit-Policy")
 	return &a, nil
 }
 
@@ -661,21 +642,15 @@ func (l *leaser) giveBack(ctx context.Context, rets []leaseReturn) error {
 	body := struct {
 		Returns []leaseReturn `json:"returns"`
 	}{rets}
-	resp, cancel, err := l.c.post(ctx, "lease return", "/v1/lease/return", body, 0)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer drain(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return errorOf(resp)
-	}
 	var out struct {
 		Late   int      `json:"late"`
 		Errors []string `json:"errors"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswerBytes)).Decode(&out); err != nil {
-		return l.c.readError("lease return", resp, err)
+	if _, err := l.c.call(ctx, "lease return", "/v1/lease/return", body, &out); err != nil {
+		return err
+	}
+	if out.Late > 0 { // their units stay counted until their window ends
+		out.Errors = append(out.Errors, fmt.Sprintf("%d returns came too late, within 100 ms of their lease's end", out.Late))
 	}
 	if len(out.Errors) > 0 {
 		return fmt.Errorf("ruled lease return: %s", strings.Join(out.Errors, "; "))

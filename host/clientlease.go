@@ -59,8 +59,18 @@ type ClientLease struct {
 	// Results are the matching rules' decisions for the permits (Granted
 	// is what each counted), in rule order, for the client's answers.
 	Results []RuleResult
-	// Holds say what to refund when the client returns unused permits.
-	Holds []LeaseHold
+}
+
+// Holds are what the rules counted for the lease: what to refund when the
+// client returns unused permits.
+func (l *ClientLease) Holds() []LeaseHold {
+	var hs []LeaseHold
+	for _, rr := range l.Results {
+		if rr.Granted > 0 {
+			hs = append(hs, LeaseHold{Rule: rr.Rule, Subject: rr.Subject, Taken: rr.Granted})
+		}
+	}
+	return hs
 }
 
 // LeaseReturn gives back permits of a client lease that were not used.
@@ -138,7 +148,7 @@ func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, err
 		fill := sdk.Request{Subject: sel.Subject, Hits: out.Permits, BestEffort: true, Attrs: req.Attrs}
 		d, err := safeDecide(ctx, b, g.plugins[rule.Plugin], rule.Name, sel.Config, fill)
 		if err != nil {
-			e.giveBackHolds(ctx, b, g, sels, out.Results, 0)
+			e.refund(ctx, b, g, sels, out.Results, 0, "", req.Attrs)
 			return ClientLease{}, fmt.Errorf("lease: rule %s (plugin %s): %w", rule.Name, rule.Plugin, err)
 		}
 		d.Granted = min(max(d.Granted, 0), out.Permits)
@@ -155,15 +165,12 @@ func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, err
 			break
 		}
 	}
-	e.giveBackHolds(ctx, b, g, sels, out.Results, out.Permits)
+	e.refund(ctx, b, g, sels, out.Results, out.Permits, "", req.Attrs)
 	for _, rr := range out.Results {
 		if rr.Reset > 0 {
 			out.TTL = min(out.TTL, rr.Reset)
 		}
-		if rr.Granted > 0 {
-			out.Holds = append(out.Holds, LeaseHold{Rule: rr.Rule, Subject: rr.Subject, Taken: rr.Granted})
-			e.observeLease(rr.Rule, LeaseTaken, rr.Granted)
-		}
+		e.observeLease(rr.Rule, LeaseTaken, rr.Granted)
 	}
 	if out.Permits == 0 {
 		out.TTL = 0
@@ -183,32 +190,6 @@ func notLeasable(sel rules.Selection) string {
 		return fmt.Sprintf("rule %s: plugin %s does not declare leasable grants", rule.Name, rule.Plugin)
 	}
 	return ""
-}
-
-// giveBackHolds refunds what each result counted beyond keep (all of it
-// when keep is 0), where the plugin declares refunds, and leaves each
-// result saying what stands. A refund that fails is logged; its units
-// stay counted until the rule's window moves on (the safe side).
-func (e *Engine) giveBackHolds(ctx context.Context, b budget, g *generation, sels []rules.Selection, results []RuleResult, keep int64) {
-	for i := range results {
-		rr := &results[i]
-		back := rr.Granted - min(rr.Granted, keep)
-		if back <= 0 {
-			continue
-		}
-		sel := sels[i]
-		rr.Granted -= back
-		if !sel.Rule.Traits.Refunds {
-			continue
-		}
-		d, err := safeDecide(ctx, b, g.plugins[sel.Rule.Plugin], sel.Rule.Name, sel.Config, sdk.Request{Subject: sel.Subject, Hits: -back})
-		if err != nil {
-			e.log.Warn("giving back leased permits failed", "rule", sel.Rule.Name, "err", err)
-			continue
-		}
-		e.deny.Forget(local.Key{Rule: sel.Rule.Name, Subject: sel.Subject})
-		rr.Remaining, rr.Reset = d.Remaining, d.Reset
-	}
 }
 
 // ReturnLease gives back the units a client did not use of a lease: each

@@ -62,7 +62,7 @@ func TestClientLeaseTakesTheLeastOfEveryRule(t *testing.T) {
 	}
 	// per-ip allows 30 per lease, per-path has 10 left: 10 from each, and
 	// per-ip's other 20 went back at once.
-	if !l.Leasable || l.Permits != 10 || len(l.Holds) != 2 {
+	if !l.Leasable || l.Permits != 10 || len(l.Holds()) != 2 {
 		t.Fatalf("lease = %+v, want 10 permits held by both rules", l)
 	}
 	if l.TTL <= 0 || l.TTL > host.ClientLeaseTTL {
@@ -77,7 +77,7 @@ func TestClientLeaseTakesTheLeastOfEveryRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l2.Permits != 0 || l2.RetryAfter <= 0 || !l2.DenyFirm || len(l2.Holds) != 0 {
+	if l2.Permits != 0 || l2.RetryAfter <= 0 || !l2.DenyFirm || len(l2.Holds()) != 0 {
 		t.Fatalf("lease over the limit = %+v, want 0 permits, a firm denial with a retry-after", l2)
 	}
 	if got := peekRemaining(t, e, req, "per-ip"); got != 90 {
@@ -85,7 +85,7 @@ func TestClientLeaseTakesTheLeastOfEveryRule(t *testing.T) {
 	}
 
 	// Four of the ten used: six go back to each rule.
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 6, Holds: l.Holds, Deadline: time.Now().Add(time.Second)})
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 6, Holds: l.Holds(), Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 12 {
 		t.Fatalf("returned %d units (%v), want 6 to each of two rules", n, err)
 	}
@@ -112,7 +112,7 @@ func TestClientLeaseShadowRuleCountsOnlyWhatItAllowed(t *testing.T) {
 		t.Fatalf("permits %d, want 20 (a shadow rule never cuts a lease)", l.Permits)
 	}
 	var shadowTaken int64
-	for _, h := range l.Holds {
+	for _, h := range l.Holds() {
 		if h.Rule == "dry-run" {
 			shadowTaken = h.Taken
 		}
@@ -122,7 +122,7 @@ func TestClientLeaseShadowRuleCountsOnlyWhatItAllowed(t *testing.T) {
 	}
 	// Two used: the shadow rule counted the first four of the lease, so it
 	// gets two back; per-ip gets the other eighteen.
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 20, Unused: 18, Holds: l.Holds, Deadline: time.Now().Add(time.Second)})
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 20, Unused: 18, Holds: l.Holds(), Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 18+2 {
 		t.Fatalf("returned %d (%v), want 20", n, err)
 	}
@@ -160,7 +160,7 @@ func TestClientLeaseWithoutRulesIsUnbounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !l.Leasable || l.Permits != 500 || len(l.Holds) != 0 || l.TTL != host.ClientLeaseTTL {
+	if !l.Leasable || l.Permits != 500 || len(l.Holds()) != 0 || l.TTL != host.ClientLeaseTTL {
 		t.Fatalf("lease with no rule matching = %+v, want all 500 permits, nothing held", l)
 	}
 }
@@ -183,10 +183,10 @@ func TestClientLeaseReturnsThatGiveNothingBack(t *testing.T) {
 	if err != nil || n != 0 {
 		t.Fatalf("returned %d (%v) to a subject that is not the request's, want 0", n, err)
 	}
-	if _, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 31, Holds: l.Holds, Deadline: time.Now().Add(time.Second)}); err == nil {
+	if _, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 31, Holds: l.Holds(), Deadline: time.Now().Add(time.Second)}); err == nil {
 		t.Fatal("returning more than the lease had was accepted")
 	}
-	late := &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: l.Holds, Deadline: time.Now().Add(2*host.ReturnSlack - time.Millisecond)}
+	late := &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: l.Holds(), Deadline: time.Now().Add(2*host.ReturnSlack - time.Millisecond)}
 	if n, err := e.ReturnLease(ctx, late); !errors.Is(err, host.ErrLateReturn) || n != 0 {
 		t.Fatalf("return %v before the deadline: %d, %v; want ErrLateReturn", 2*host.ReturnSlack, n, err)
 	}

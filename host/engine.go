@@ -663,7 +663,7 @@ func (e *Engine) check(ctx context.Context, b budget, req *CheckRequest, res *Re
 		if rr.Degraded == DegradedDeny {
 			res.FailClosed = true
 		}
-		e.refund(ctx, b, g, sels, res.Results, req)
+		e.refund(ctx, b, g, sels, res.Results, 0, req.DedupID, req.Attrs)
 		break
 	}
 }
@@ -793,17 +793,19 @@ func (e *Engine) ClusterSize() int64 { return e.clusterSize.Load() }
 // DenyCacheHits returns how many requests the deny cache has denied.
 func (e *Engine) DenyCacheHits() int64 { return e.deny.Hits() }
 
-// refund gives back what the evaluated rules granted to a request that was
-// denied in the end, where their plugins declare refunds, and makes their
-// results say what stands: nothing granted, the remaining after the refund.
-// Only plugin-granted units are refunded; a refund that fails is logged and
-// otherwise ignored (the units expire with the window, and the result keeps
-// saying they were granted).
-func (e *Engine) refund(ctx context.Context, b budget, g *generation, sels []rules.Selection, done []RuleResult, req *CheckRequest) {
+// refund gives back what the evaluated rules granted beyond keep units (all
+// of it when keep is 0: a request denied in the end, or a client lease that
+// came to nothing), where their plugins declare refunds, and makes their
+// results say what stands: what is kept granted, the remaining after the
+// refund. Only plugin-granted units are refunded; a refund that fails is
+// logged and otherwise ignored (the units expire with the window, and the
+// result keeps saying they were granted).
+func (e *Engine) refund(ctx context.Context, b budget, g *generation, sels []rules.Selection, done []RuleResult, keep int64, dedupID string, attrs map[string]string) {
 	for i := range done {
 		rr := &done[i]
 		sel := sels[i]
-		if rr.Degraded != DegradedNone || !rr.Allowed || rr.Granted <= 0 || !sel.Rule.Traits.Refunds {
+		back := rr.Granted - min(rr.Granted, keep)
+		if rr.Degraded != DegradedNone || !rr.Allowed || back <= 0 || !sel.Rule.Traits.Refunds {
 			continue
 		}
 		if b.spent() {
@@ -811,14 +813,13 @@ func (e *Engine) refund(ctx context.Context, b budget, g *generation, sels []rul
 			continue
 		}
 		p := g.plugins[sel.Rule.Plugin]
-		back := sdk.Request{Subject: sel.Subject, Hits: -rr.Granted, DedupID: req.DedupID, Attrs: req.Attrs}
-		d, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, back)
+		d, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, sdk.Request{Subject: sel.Subject, Hits: -back, DedupID: dedupID, Attrs: attrs})
 		if err != nil {
 			e.log.Warn("refund failed", "rule", sel.Rule.Name, "err", err)
 			continue
 		}
 		e.deny.Forget(local.Key{Rule: sel.Rule.Name, Subject: sel.Subject})
-		rr.Granted, rr.Remaining, rr.Reset = 0, d.Remaining, d.Reset
+		rr.Granted, rr.Remaining, rr.Reset = rr.Granted-back, d.Remaining, d.Reset
 	}
 }
 

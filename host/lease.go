@@ -91,11 +91,9 @@ func (ls *leases) drain(now time.Time) []*lease {
 		s.mu.Lock()
 		for k, l := range s.m {
 			l.mu.Lock()
-			if l.permits > 0 && now.Before(l.expires) {
-				cp := &lease{plugin: l.plugin, sel: l.sel, permits: l.permits}
+			if cp := l.takeOut(now, 0); cp != nil {
 				out = append(out, cp)
 			}
-			l.permits = 0
 			l.mu.Unlock()
 			delete(s.m, k)
 		}
@@ -204,6 +202,17 @@ func (l *lease) grant(hits int64, now time.Time) sdk.Decision {
 	return d
 }
 
+// takeOut empties the lease (its lock held) and returns a copy of what to
+// give back: its permits, when at least margin is left before it ends.
+func (l *lease) takeOut(now time.Time, margin time.Duration) *lease {
+	n := l.permits
+	l.permits = 0
+	if n <= 0 || !now.Add(margin).Before(l.expires) {
+		return nil
+	}
+	return &lease{plugin: l.plugin, sel: l.sel, permits: n, expires: l.expires}
+}
+
 // ReturnLeases gives the unexpired permits of every lease back to Redis,
 // for shutdown and reload. Permits past their age are not returned: their
 // quota period has moved on, and neither are those of a plugin that does not
@@ -255,11 +264,12 @@ func (ls *leases) idle(now time.Time) []*lease {
 			if !l.mu.TryLock() { // busy: not idle
 				continue
 			}
-			if l.permits > 0 && (now.Sub(l.used) >= leaseIdle || l.expires.Sub(now) < leaseReturnBefore) {
-				if now.Add(2 * ReturnSlack).Before(l.expires) { // else the refund could reach the next window
-					out = append(out, &lease{plugin: l.plugin, sel: l.sel, permits: l.permits, expires: l.expires})
+			if now.Sub(l.used) >= leaseIdle || l.expires.Sub(now) < leaseReturnBefore {
+				// Not within 2 × ReturnSlack of the end: the refund
+				// could reach the next window.
+				if cp := l.takeOut(now, 2*ReturnSlack); cp != nil {
+					out = append(out, cp)
 				}
-				l.permits = 0
 			}
 			l.mu.Unlock()
 		}

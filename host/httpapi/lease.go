@@ -46,15 +46,9 @@ type leaseAnswer struct {
 // refund and the deadline (this server's clock, Unix microseconds) after
 // which no return is taken.
 type leaseTicket struct {
-	Deadline int64       `json:"d"`
-	Permits  int64       `json:"p"`
-	Holds    []leaseHold `json:"h"`
-}
-
-type leaseHold struct {
-	Rule    string `json:"r"`
-	Subject string `json:"s"`
-	Taken   int64  `json:"t"`
+	Deadline int64            `json:"d"`
+	Permits  int64            `json:"p"`
+	Holds    []host.LeaseHold `json:"h"` // by their field names
 }
 
 func (t *leaseTicket) encode() string {
@@ -109,11 +103,8 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 		res := host.Result{Allowed: l.Permits > 0, RetryAfter: l.RetryAfter, Results: l.Results}
 		a.Results = encodeResult(&res).Results
 		SetRateLimitHeaders(w.Header(), &res)
-		if l.Permits > 0 && len(l.Holds) > 0 {
-			t := leaseTicket{Deadline: start.Add(l.TTL).UnixMicro(), Permits: l.Permits}
-			for _, h := range l.Holds {
-				t.Holds = append(t.Holds, leaseHold{Rule: h.Rule, Subject: h.Subject, Taken: h.Taken})
-			}
+		if holds := l.Holds(); l.Permits > 0 && len(holds) > 0 {
+			t := leaseTicket{Deadline: start.Add(l.TTL).UnixMicro(), Permits: l.Permits, Holds: holds}
 			a.Lease = t.encode()
 		}
 	}
@@ -155,11 +146,8 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 			writeError(w, newBadRequest("invalid_field", "returns[%d].unused: must be between 0 and the lease's %d permits, got %d", i, t.Permits, b.Unused))
 			return
 		}
-		ret := &host.LeaseReturn{Request: b.Request.toHost(), Attrs: b.Attrs, Permits: t.Permits, Unused: b.Unused, Deadline: time.UnixMicro(t.Deadline)}
-		for _, h := range t.Holds {
-			ret.Holds = append(ret.Holds, host.LeaseHold{Rule: h.Rule, Subject: h.Subject, Taken: h.Taken})
-		}
-		rets[i] = ret
+		rets[i] = &host.LeaseReturn{Request: b.Request.toHost(), Attrs: b.Attrs, Permits: t.Permits, Unused: b.Unused,
+			Holds: t.Holds, Deadline: time.UnixMicro(t.Deadline)}
 	}
 	var out struct {
 		Returned int64    `json:"returned"`

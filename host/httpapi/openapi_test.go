@@ -224,19 +224,22 @@ func rawStatus(t *testing.T, method, url, token string) (int, string) {
 	return resp.StatusCode, resp.Header.Get("Location")
 }
 
-// The rules of the server that decides: a window that leases to clients,
-// for the user "leaser" only (and alone: it stops), a small fixed window per
-// IP, and the concurrency limiter, which refuses an acquire without a lease
-// id as bad input, for the user "no-lease" only.
-const openAPIRules = `rules:
-  - name: leased
+// leasedRule is a window that leases to clients, for the user "leaser"
+// only (and alone: it stops), first in both servers' rules.
+const leasedRule = `  - name: leased
     when: request.user == "leaser"
     subject: request.user
     plugin: fixedwindow
     config: {limit: 10, window: 1m}
     lease: 8
     stop: true
-  - name: per-ip
+`
+
+// The rules of the server that decides: a window that leases to clients,
+// for the user "leaser" only (and alone: it stops), a small fixed window per
+// IP, and the concurrency limiter, which refuses an acquire without a lease
+// id as bad input, for the user "no-lease" only.
+const openAPIRules = "rules:\n" + leasedRule + `  - name: per-ip
     subject: request.ip
     plugin: fixedwindow
     config: {limit: 2, window: 1m}
@@ -249,15 +252,7 @@ const openAPIRules = `rules:
 
 // The rules of the server whose Redis is gone: it fails closed, and a lease
 // for the user "leaser" fails.
-const openAPIDownRules = `rules:
-  - name: leased
-    when: request.user == "leaser"
-    subject: request.user
-    plugin: fixedwindow
-    config: {limit: 10, window: 1m}
-    lease: 8
-    stop: true
-  - name: closed
+const openAPIDownRules = "rules:\n" + leasedRule + `  - name: closed
     subject: request.ip
     plugin: fixedwindow
     config: {limit: 2, window: 1m}

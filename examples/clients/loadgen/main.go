@@ -130,7 +130,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		denied.Add(1)
 	}
-	var firstErr atomic.Value
+	var firstErr error // the first check that failed, for the report
+	var errOnce sync.Once
 	runCtx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
 	start := time.Now()
@@ -146,7 +147,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				case err != nil:
 					if runCtx.Err() == nil {
 						f++
-						firstErr.CompareAndSwap(nil, err)
+						errOnce.Do(func() { firstErr = err }) // errors differ in type: no atomic.Value
 					}
 				case ans.Allowed:
 					a++
@@ -169,8 +170,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r := report{Allowed: allowed.Load(), Denied: denied.Load(), Errors: failed.Load()}
 	r.Decisions = r.Allowed + r.Denied
 	r.PerSecond = int64(float64(r.Decisions) / elapsed.Seconds())
-	if err, ok := firstErr.Load().(error); ok {
-		fmt.Fprintf(stderr, "loadgen: %d checks failed; the first: %v\n", r.Errors, err)
+	if firstErr != nil {
+		fmt.Fprintf(stderr, "loadgen: %d checks failed; the first: %v\n", r.Errors, firstErr)
 	}
 	return json.NewEncoder(stdout).Encode(r)
 }
