@@ -166,6 +166,9 @@ type Result struct {
 	// Delay is how long an admitted request should wait (shaping).
 	Delay  time.Duration
 	Shadow bool
+	// Exempt is true for an exempt rule, which admitted the request
+	// without counting it.
+	Exempt bool
 	// Degraded is "" when the plugin decided, else the on_error policy
 	// that decided ("allow", "deny"); Error then says why.
 	Degraded string
@@ -195,6 +198,7 @@ type wireResult struct {
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	DelayMS      int64  `json:"delay_ms"`
 	Shadow       bool   `json:"shadow"`
+	Exempt       bool   `json:"exempt"`
 	Degraded     string `json:"degraded"`
 	Error        string `json:"error"`
 }
@@ -205,7 +209,7 @@ func (r *wireResult) result() Result {
 		Rule: r.Rule, Subject: r.Subject, Plugin: r.Plugin, Allowed: r.Allowed,
 		Granted: r.Granted, Limit: r.Limit, Remaining: r.Remaining,
 		Reset: ms(r.ResetMS), RetryAfter: ms(r.RetryAfterMS), Delay: ms(r.DelayMS),
-		Shadow: r.Shadow, Degraded: r.Degraded, Error: r.Error,
+		Shadow: r.Shadow, Exempt: r.Exempt, Degraded: r.Degraded, Error: r.Error,
 	}
 }
 

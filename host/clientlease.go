@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -132,6 +133,8 @@ func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, err
 	g := e.gen.Load()
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
 	sels := g.set.AppendMatch(nil, &in)
+	// An exempt rule admits and counts nothing: it does not bound a lease.
+	sels = slices.DeleteFunc(sels, func(sel rules.Selection) bool { return sel.Rule.Exempt && sel.Err == nil })
 	out := ClientLease{Leasable: true, TTL: ClientLeaseTTL, MaxPermits: MaxClientLease}
 	for _, sel := range sels {
 		if why := notLeasable(sel); why != "" {

@@ -52,10 +52,13 @@ const (
 
 // RuleResult is one matching rule's decision.
 type RuleResult struct {
-	Rule     string
-	Subject  string
-	Plugin   string
-	Shadow   bool
+	Rule    string
+	Subject string
+	Plugin  string
+	Shadow  bool
+	// Exempt is true for an exempt rule: it admitted the request without
+	// a plugin and ended the evaluation.
+	Exempt   bool
 	Degraded Degraded
 	// Err is why the decision is degraded, if it is, or the plugin's
 	// refusal of the request as bad input (sdk.BadRequestError; Degraded
@@ -63,7 +66,8 @@ type RuleResult struct {
 	Err error
 	sdk.Decision
 
-	cached bool // answered by the deny cache
+	cached   bool // answered by the deny cache
+	detailed bool // the rule asks for per-subject metrics
 }
 
 // ReportsLimit reports whether the result is a limit to tell clients of
@@ -100,6 +104,22 @@ func (r *Result) Policy() (RuleResult, bool) {
 	best, found := RuleResult{}, false
 	for _, rr := range r.Results {
 		if !rr.ReportsLimit() {
+			continue
+		}
+		if !found || moreRestrictive(rr, best) {
+			best, found = rr, true
+		}
+	}
+	return best, found
+}
+
+// ShadowPolicy returns the most restrictive shadow result with a limit,
+// and false when there is none: what a shadow rule would have told
+// clients.
+func (r *Result) ShadowPolicy() (RuleResult, bool) {
+	best, found := RuleResult{}, false
+	for _, rr := range r.Results {
+		if !rr.Shadow || rr.Limit <= 0 {
 			continue
 		}
 		if !found || moreRestrictive(rr, best) {
@@ -171,6 +191,8 @@ const (
 	// OutcomeBadRequest is a request the plugin refused as bad input: a
 	// client's mistake, not a limit.
 	OutcomeBadRequest Outcome = "bad_request"
+	// OutcomeExempt is a request an exempt rule admitted.
+	OutcomeExempt Outcome = "exempt"
 )
 
 // Observer receives the engine's events. Implementations must be cheap and
@@ -186,6 +208,12 @@ type Observer interface {
 	Reload(err error, rules int)
 }
 
+// SubjectObserver, when the engine's Observer implements it too, is told
+// of every decision of a rule with detailed_metric: true, with its subject.
+type SubjectObserver interface {
+	SubjectDecision(rule, subject string, outcome Outcome)
+}
+
 // nopObserver is the Observer of an engine without one.
 type nopObserver struct{}
 
@@ -196,6 +224,8 @@ func (nopObserver) Reload(error, int)                      {}
 // outcome classifies a rule result.
 func outcome(rr *RuleResult) Outcome {
 	switch {
+	case rr.Exempt:
+		return OutcomeExempt
 	case rr.Degraded == DegradedAllow:
 		return OutcomeDegradedAllow
 	case rr.Degraded == DegradedDeny:
@@ -548,6 +578,9 @@ func (e *Engine) Reset(ctx context.Context, rule, subject string) (int64, error)
 	if !ok {
 		return 0, fmt.Errorf("%w %q", ErrNoRule, rule)
 	}
+	if r.Exempt {
+		return 0, nil // an exempt rule stores nothing
+	}
 	return g.plugins[r.Plugin].reg.Reset(ctx, rule, subject)
 }
 
@@ -592,9 +625,20 @@ func (e *Engine) Check(ctx context.Context, req *CheckRequest) Result {
 func (e *Engine) CheckInto(ctx context.Context, req *CheckRequest, res *Result) {
 	start := time.Now()
 	e.check(ctx, newBudget(ctx, start, e.timeout), req, res)
+	e.observe(res, start)
+}
+
+// observe tells the observer of a check's decisions.
+func (e *Engine) observe(res *Result, start time.Time) {
 	for i := range res.Results {
 		rr := &res.Results[i]
-		e.obs.Decision(rr.Rule, rr.Plugin, outcome(rr), rr.cached)
+		o := outcome(rr)
+		e.obs.Decision(rr.Rule, rr.Plugin, o, rr.cached)
+		if rr.detailed {
+			if so, ok := e.obs.(SubjectObserver); ok {
+				so.SubjectDecision(rr.Rule, rr.Subject, o)
+			}
+		}
 	}
 	e.obs.Check(time.Since(start), res.Allowed)
 }
@@ -647,6 +691,13 @@ func (e *Engine) check(ctx context.Context, b budget, req *CheckRequest, res *Re
 		*buf = sels[:0]
 		selections.Put(buf)
 	}()
+	e.decideAll(ctx, b, g, sels, req, res)
+}
+
+// decideAll decides one check whose rules matched as sels: in order,
+// until a non-shadow rule denies, when what the rules before it were
+// granted is refunded.
+func (e *Engine) decideAll(ctx context.Context, b budget, g *generation, sels []rules.Selection, req *CheckRequest, res *Result) {
 	*res = Result{Allowed: true, Results: res.Results[:0]}
 	for _, sel := range sels {
 		res.Results = append(res.Results, RuleResult{})
@@ -670,7 +721,11 @@ func (e *Engine) check(ctx context.Context, b budget, req *CheckRequest, res *Re
 
 func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.Selection, req *CheckRequest, rr *RuleResult) {
 	rule := sel.Rule
-	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow}
+	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow, Exempt: rule.Exempt, detailed: rule.Detailed}
+	if rule.Exempt && sel.Err == nil {
+		rr.Allowed = true
+		return
+	}
 	if sel.Err != nil {
 		e.degrade(rr, sel, req, sel.Err)
 		return

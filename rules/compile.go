@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -47,6 +48,7 @@ func Compile(f *Files, cat Catalog) (*Set, error) {
 			s.rules = append(s.rules, r)
 		}
 	}
+	c.replaces(f.rules)
 	if err := c.errs.Err(); err != nil {
 		return nil, err
 	}
@@ -76,7 +78,15 @@ func (c *compiler) rule(rr *rawRule) *Rule {
 		Stop:      rr.stop,
 		DenyCache: !rr.noDenyCache,
 		Lease:     rr.lease,
+		Exempt:    rr.exempt,
+		Detailed:  rr.detailed,
 		Pos:       rr.file.pos(rr.node),
+	}
+	for _, n := range rr.replaces {
+		r.Replaces = append(r.Replaces, n.text())
+	}
+	if r.Exempt {
+		r.Stop = true // it admits what it matches: later rules do not apply
 	}
 	ok := true
 	if rr.when != nil {
@@ -109,8 +119,14 @@ func (c *compiler) rule(rr *rawRule) *Rule {
 				r.subject.prog = prog
 			}
 		}
-	} else {
+	} else if !r.Exempt {
 		ok = false
+	}
+	if r.Exempt {
+		if !ok {
+			return nil
+		}
+		return r
 	}
 
 	if rr.pluginNode != nil {
@@ -174,6 +190,26 @@ func (c *compiler) rule(rr *rawRule) *Rule {
 		return nil
 	}
 	return r
+}
+
+// replaces checks that every rule a rule replaces exists and is not the
+// rule itself.
+func (c *compiler) replaces(rs []*rawRule) {
+	for _, rr := range rs {
+		for _, n := range rr.replaces {
+			name := n.text()
+			switch _, found := c.files.ruleNames[name]; {
+			case name == rr.name:
+				c.errorf(rr.file.pos(n.node), rr.name, CodeBadValue, "replaces: a rule cannot replace itself")
+			case !found:
+				msg := fmt.Sprintf("replaces: no rule named %q", name)
+				if s := suggest(name, slices.Collect(maps.Keys(c.files.ruleNames))); s != "" {
+					msg += fmt.Sprintf(" (did you mean %q?)", s)
+				}
+				c.errorf(rr.file.pos(n.node), rr.name, CodeBadValue, "%s", msg)
+			}
+		}
+	}
 }
 
 // pluginNames returns the names a rule's plugin may take: the catalog's,

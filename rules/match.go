@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,8 @@ type Set struct {
 	byName  map[string]*Rule
 	index   ruleIndex
 	pool    sync.Pool // of *evalState
+	// replacing is true when some rule replaces others.
+	replacing bool
 }
 
 // Rules returns the rules in file order. The caller must not modify them.
@@ -43,6 +46,7 @@ func (s *Set) init() {
 	s.byName = make(map[string]*Rule, len(s.rules))
 	for _, r := range s.rules {
 		s.byName[r.Name] = r
+		s.replacing = s.replacing || len(r.Replaces) > 0
 	}
 	s.pool.New = func() any {
 		st := &evalState{}
@@ -146,6 +150,7 @@ func (s *Set) AppendMatch(dst []Selection, in *Input) []Selection {
 		st.req.Headers = st.hdr
 	}
 	st.env.Attrs = in.Attrs
+	start := len(dst)
 	cands := s.index.candidates(&st.req, st.env.Attrs)
 	for {
 		i, more := cands.next()
@@ -167,7 +172,54 @@ func (s *Set) AppendMatch(dst []Selection, in *Input) []Selection {
 			break
 		}
 	}
+	if s.replacing {
+		dst = append(dst[:start], dropReplaced(dst[start:], replacedBy(dst[start:], nil))...)
+	}
 	return dst
+}
+
+// DropReplaced removes from every list the selections of the rules that a
+// selection of any list replaces (Rule.Replaces): the descriptors of one
+// Envoy RLS request, each matched on its own, are one request for
+// replaces. It returns the lists, shortened in place.
+func (s *Set) DropReplaced(lists [][]Selection) [][]Selection {
+	if !s.replacing {
+		return lists
+	}
+	var gone map[string]bool
+	for _, l := range lists {
+		gone = replacedBy(l, gone)
+	}
+	for i, l := range lists {
+		lists[i] = dropReplaced(l, gone)
+	}
+	return lists
+}
+
+// replacedBy adds to gone the names of the rules that the rules of sels
+// replace. A selection whose when could not be evaluated has not matched
+// and replaces nothing.
+func replacedBy(sels []Selection, gone map[string]bool) map[string]bool {
+	for _, sel := range sels {
+		var ee *EvalError
+		if len(sel.Rule.Replaces) == 0 || (errors.As(sel.Err, &ee) && ee.Field == "when") {
+			continue
+		}
+		if gone == nil {
+			gone = make(map[string]bool, len(sel.Rule.Replaces))
+		}
+		for _, name := range sel.Rule.Replaces {
+			gone[name] = true
+		}
+	}
+	return gone
+}
+
+func dropReplaced(sels []Selection, gone map[string]bool) []Selection {
+	if len(gone) == 0 {
+		return sels
+	}
+	return slices.DeleteFunc(sels, func(sel Selection) bool { return gone[sel.Rule.Name] })
 }
 
 func (s *Set) release(st *evalState) {
@@ -197,6 +249,9 @@ func (r *Rule) matches(st *evalState) (bool, error) {
 
 func (r *Rule) select1(st *evalState) Selection {
 	sel := Selection{Rule: r}
+	if r.Exempt && r.Subject == "" {
+		return sel // an exempt rule without a subject counts nothing
+	}
 	if fv := r.subject.fast; fv != nil {
 		sel.Subject = fv.str(&st.req, st.env.Attrs)
 	} else {

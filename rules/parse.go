@@ -55,6 +55,10 @@ type rawRule struct {
 	noDenyCache bool
 	lease       int64
 	leaseNode   *yaml.Node
+	exempt      bool
+	exemptNode  *yaml.Node
+	replaces    []scalar // rule names, with their nodes for positions
+	detailed    bool
 }
 
 // Plugins returns the third-party plugin declarations of every file, in
@@ -312,6 +316,30 @@ func (p *parser) boolean(n *yaml.Node, rule, field string) bool {
 	return false
 }
 
+// ruleList reads a list of rule names (checked against the rule set when
+// it is compiled).
+func (p *parser) ruleList(n *yaml.Node, rule, field string) []scalar {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, rule, CodeBadValue, "%s: want a list of rule names", field)
+		return nil
+	}
+	out := make([]scalar, 0, len(n.Content))
+	for _, item := range n.Content {
+		item = resolve(item)
+		if name, ok := p.str(item, rule, field); ok {
+			if !validName(name) {
+				p.errorf(item, rule, CodeBadName, "%s: %q is not a rule name", field, name)
+				continue
+			}
+			out = append(out, scalar{file: p.file, node: item})
+		}
+	}
+	return out
+}
+
 // MaxLease bounds a rule's lease size.
 const MaxLease = 1_000_000
 
@@ -341,7 +369,8 @@ func describe(n *yaml.Node) string {
 // says so).
 var topFields = []string{"plugins", "rules"}
 
-var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_error", "shadow", "stop", "deny_cache", "lease"}
+var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_error", "shadow", "stop", "deny_cache", "lease",
+	"exempt", "replaces", "detailed_metric"}
 
 func (p *parser) parseRules(n *yaml.Node) {
 	if isNull(n) {
@@ -423,6 +452,12 @@ func (p *parser) parseRule(n *yaml.Node) {
 			r.noDenyCache = !p.boolean(v, r.name, "deny_cache")
 		case "lease":
 			r.lease, r.leaseNode = p.leaseSize(v, r.name), v
+		case "exempt":
+			r.exempt, r.exemptNode = p.boolean(v, r.name, "exempt"), v
+		case "replaces":
+			r.replaces = p.ruleList(v, r.name, "replaces")
+		case "detailed_metric":
+			r.detailed = p.boolean(v, r.name, "detailed_metric")
 		default:
 			p.unknownField(k, r.name, ruleFields...)
 		}
@@ -440,11 +475,22 @@ func (p *parser) parseRule(n *yaml.Node) {
 			p.ruleNames[r.name] = p.file.pos(nameNode)
 		}
 	}
-	if r.subject == nil {
-		p.errorf(n, r.name, CodeMissingField, "subject is required")
-	}
-	if r.pluginNode == nil {
-		p.errorf(n, r.name, CodeMissingField, "plugin is required")
+	switch {
+	case r.exempt:
+		// An exempt rule admits what it matches: it has nothing to count.
+		for _, kv := range kvs {
+			switch kv.key.Value {
+			case "plugin", "config", "on_error", "deny_cache", "lease", "shadow":
+				p.errorf(kv.key, r.name, CodeBadValue, "%s: an exempt rule admits what it matches without a plugin; remove %s", kv.key.Value, kv.key.Value)
+			}
+		}
+	default:
+		if r.subject == nil {
+			p.errorf(n, r.name, CodeMissingField, "subject is required")
+		}
+		if r.pluginNode == nil {
+			p.errorf(n, r.name, CodeMissingField, "plugin is required")
+		}
 	}
 	p.rules = append(p.rules, r)
 }

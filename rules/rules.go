@@ -119,6 +119,14 @@ type Rule struct {
 	// docs/rules.md for the bound on over-admission). 0 is off; a lease on
 	// a plugin that does not declare leasable grants is a load error.
 	Lease int64
+	// Exempt rules admit what they match without a plugin and stop the
+	// evaluation (Stop is true): an allow list.
+	Exempt bool
+	// Replaces names the rules that do not apply when this one matches:
+	// in one check, and across the descriptors of one Envoy RLS request.
+	Replaces []string
+	// Detailed asks for per-subject decision metrics (detailed_metric).
+	Detailed bool
 	// Traits are what the rule's plugin declares about its decisions.
 	Traits  sdk.Traits
 	Pos     Position

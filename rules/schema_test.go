@@ -135,13 +135,18 @@ func TestSchemaMatchesTheParser(t *testing.T) {
 	}
 
 	// A rule without a key the schema requires is a missing-field error,
-	// and only those.
+	// and only those. subject and plugin are required of rules that are
+	// not exempt (the schema's then).
 	required := map[string]bool{}
 	for _, k := range at(t, s, "$defs", "rule", "required").([]any) {
 		required[k.(string)] = true
 	}
+	for _, k := range at(t, s, "$defs", "rule", "then", "required").([]any) {
+		required[k.(string)] = true
+	}
 	full := map[string]string{"name": "a", "when": "true", "subject": "request.ip", "plugin": "fixedwindow",
-		"config": "{limit: 1, window: 1s}", "on_error": "deny", "shadow": "false", "stop": "false", "deny_cache": "true", "lease": "0"}
+		"config": "{limit: 1, window: 1s}", "on_error": "deny", "shadow": "false", "stop": "false", "deny_cache": "true", "lease": "0",
+		"exempt": "false", "replaces": "[]", "detailed_metric": "false"}
 	dir := t.TempDir()
 	for _, drop := range ruleFields {
 		var b strings.Builder

@@ -8,6 +8,9 @@ type TraceEntry struct {
 	Matched bool
 	// Skipped reports that an earlier matching rule had stop: true.
 	Skipped bool
+	// ReplacedBy names the matching rule that replaces this one, if any:
+	// it matched but does not apply.
+	ReplacedBy string
 	// Subject is the computed subject of a matching rule.
 	Subject string
 	// Config is the config the plugin would receive, dynamic values
@@ -58,6 +61,18 @@ func (s *Set) Trace(in *Input) []TraceEntry {
 		}
 		out = append(out, e)
 		stopped = r.Stop
+	}
+	for _, by := range out {
+		if !by.Matched {
+			continue
+		}
+		for _, name := range by.Rule.Replaces {
+			for i := range out {
+				if out[i].Rule.Name == name && out[i].Matched && out[i].ReplacedBy == "" {
+					out[i].ReplacedBy = by.Rule.Name
+				}
+			}
+		}
 	}
 	return out
 }

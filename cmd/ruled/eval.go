@@ -22,18 +22,21 @@ type evalInput struct {
 
 // evalRule is one rule's line in the trace.
 type evalRule struct {
-	Rule    string         `json:"rule"`
-	File    string         `json:"file"`
-	Line    int            `json:"line"`
-	Plugin  string         `json:"plugin"`
-	Matched bool           `json:"matched"`
-	Skipped bool           `json:"skipped,omitempty"`
-	Subject string         `json:"subject,omitempty"`
-	Config  map[string]any `json:"config,omitempty"`
-	Shadow  bool           `json:"shadow,omitempty"`
-	Stop    bool           `json:"stop,omitempty"`
-	OnError string         `json:"on_error"`
-	Error   string         `json:"error,omitempty"`
+	Rule    string `json:"rule"`
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Plugin  string `json:"plugin"`
+	Matched bool   `json:"matched"`
+	Skipped bool   `json:"skipped,omitempty"`
+	// ReplacedBy names the matching rule that replaces this one.
+	ReplacedBy string         `json:"replaced_by,omitempty"`
+	Exempt     bool           `json:"exempt,omitempty"`
+	Subject    string         `json:"subject,omitempty"`
+	Config     map[string]any `json:"config,omitempty"`
+	Shadow     bool           `json:"shadow,omitempty"`
+	Stop       bool           `json:"stop,omitempty"`
+	OnError    string         `json:"on_error"`
+	Error      string         `json:"error,omitempty"`
 }
 
 // evalOutput is the output of ruled eval --format json: the trace. Its
@@ -141,11 +144,11 @@ func trace(set *rules.Set, rulesPath string, in *evalInput) evalOutput {
 			file = rel
 		}
 		er := evalRule{Rule: r.Name, File: file, Line: r.Pos.Line, Plugin: r.Plugin, Matched: t.Matched, Skipped: t.Skipped,
-			Subject: t.Subject, Config: t.Config, Shadow: r.Shadow, Stop: r.Stop, OnError: string(r.OnError)}
+			ReplacedBy: t.ReplacedBy, Exempt: r.Exempt, Subject: t.Subject, Config: t.Config, Shadow: r.Shadow, Stop: r.Stop, OnError: string(r.OnError)}
 		if t.Err != nil {
 			er.Error = t.Err.Error()
 		}
-		if t.Matched && t.Err == nil {
+		if t.Matched && t.Err == nil && t.ReplacedBy == "" {
 			out.Applied = append(out.Applied, r.Name)
 		}
 		out.Rules = append(out.Rules, er)
@@ -158,7 +161,11 @@ func trace(set *rules.Set, rulesPath string, in *evalInput) evalOutput {
 func writeTrace(w io.Writer, out evalOutput) error {
 	var b strings.Builder
 	for _, r := range out.Rules {
-		fmt.Fprintf(&b, "%s:%d: %s (%s): ", r.File, r.Line, r.Rule, r.Plugin)
+		plugin := r.Plugin
+		if r.Exempt {
+			plugin = "exempt"
+		}
+		fmt.Fprintf(&b, "%s:%d: %s (%s): ", r.File, r.Line, r.Rule, plugin)
 		switch {
 		case r.Skipped:
 			b.WriteString("skipped (an earlier rule stopped evaluation)")
@@ -166,6 +173,10 @@ func writeTrace(w io.Writer, out evalOutput) error {
 			fmt.Fprintf(&b, "error, on_error %s: %s", r.OnError, r.Error)
 		case !r.Matched:
 			b.WriteString("no match")
+		case r.ReplacedBy != "":
+			fmt.Fprintf(&b, "match, replaced by %s (does not apply)", r.ReplacedBy)
+		case r.Exempt:
+			b.WriteString("match, exempt (admitted; later rules are not evaluated)")
 		default:
 			fmt.Fprintf(&b, "match, subject %q", r.Subject)
 			if len(r.Config) > 0 {

@@ -6,47 +6,61 @@
 //
 // # Mapping
 //
-// Each descriptor of a RateLimitRequest is one check through the Checker:
+// Each descriptor of a RateLimitRequest is one check, and the descriptors
+// of one request are decided together (host.Engine.CheckEach):
 //
 //   - attrs: every entry as attrs[entry.key] = entry.value (a later entry
-//     with the same key wins), then attrs["domain"] = the request's domain,
-//     which an entry cannot override;
+//     with the same key wins), then the reserved keys: attrs["domain"],
+//     attrs["descriptor_keys"] (the entry keys in order, joined with ","),
+//     and, only for a descriptor with a limit override,
+//     attrs["limit_override"] and attrs["limit_override_window"];
 //   - request.ip: the value of a "remote_address" entry (what Envoy's
 //     remote_address action sends), so that rules written for HTTP checks
 //     keyed on request.ip work unchanged;
-//   - hits: the descriptor's hits_addend if set, else the request's; 0
-//     means 1, as in Envoy; is_negative_hits refunds instead.
+//   - hits: the descriptor's hits_addend if set (0 only checks), else the
+//     request's, where 0 means 1, as in envoy ratelimit; is_negative_hits
+//     refunds instead.
 //
 // Descriptors are decided in order. Once one is over the limit, the units
-// the descriptors before it consumed are refunded and the ones after it are
-// only peeked at (hits 0), so that a denied request uses up no quota, as
-// with the rules of one check. A descriptor no rule matches is OK with no
-// current_limit. A decision made by an on_error: deny policy is OVER_LIMIT.
+// the descriptors before it consumed are refunded (their statuses report
+// the remaining after it) and the ones after it are only peeked at, so
+// that a denied request uses up no quota, as with the rules of one check.
+// A descriptor no rule matched is OK with no current_limit; one an exempt
+// rule admitted is OK with the most that can remain. A decision made by
+// an on_error: deny policy is OVER_LIMIT. An empty domain or descriptor
+// list is INVALID_ARGUMENT.
 //
-// Each status reports the most restrictive rule of its check: current_limit
-// {name: the rule, requests_per_unit: its limit, unit and unit_multiplier:
-// its window}, limit_remaining and duration_until_reset. The unit is the
-// largest of SECOND, MINUTE, HOUR, DAY and WEEK that divides the window
-// exactly, and unit_multiplier the number of those units (set when over
-// 1): a 10s window is 10 × SECOND, 1m is MINUTE, 90s is 90 × SECOND. A
-// window that is not a whole number of seconds is rounded up to one. The
-// answer also carries RateLimit, RateLimit-Policy and, when over the limit,
-// Retry-After in response_headers_to_add, as the HTTP API sends them.
+// Each status reports the most restrictive enforcing rule of its check or,
+// when only shadow rules report a limit, the most restrictive of those (a
+// shadow rule over its limit reports OK with nothing remaining, as envoy
+// ratelimit's shadow_mode): current_limit {name: the rule,
+// requests_per_unit: its limit, unit and unit_multiplier: its window},
+// limit_remaining (0 when over) and duration_until_reset. The unit is the
+// largest of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH (30 days) and YEAR (365
+// days) that divides the window exactly, and unit_multiplier the number of
+// those units (set when over 1): a 10s window is 10 × SECOND, 1m is MINUTE,
+// 90s is 90 × SECOND. A window that is not a whole number of seconds is
+// rounded up to one. The answer also carries RateLimit, RateLimit-Policy
+// and, when over the limit, Retry-After in response_headers_to_add, as the
+// HTTP API sends them, for the rule each status reports.
 package grpcapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -71,9 +85,26 @@ const RemoteAddressKey = "remote_address"
 // DomainAttr is the attrs key that holds the request's domain.
 const DomainAttr = "domain"
 
-// Checker decides requests; *host.Engine implements it.
+// KeysAttr is the attrs key that holds a descriptor's entry keys, in
+// order, joined with ",": the order and depth of the descriptor, which
+// attrs alone do not keep.
+const KeysAttr = "descriptor_keys"
+
+// LimitOverrideAttr and LimitOverrideWindowAttr are the attrs keys that
+// hold a descriptor's limit override (Envoy's per-descriptor limit, set
+// from dynamic metadata): its requests_per_unit, and its unit times
+// unit_multiplier as a Go duration ("1m0s"). They are set only when the
+// descriptor carries an override; a rule uses them only if its config
+// says so (docs/http.md).
+const (
+	LimitOverrideAttr       = "limit_override"
+	LimitOverrideWindowAttr = "limit_override_window"
+)
+
+// Checker decides the descriptors of a request; *host.Engine implements
+// it (host.Engine.CheckEach).
 type Checker interface {
-	Check(ctx context.Context, req *host.CheckRequest) host.Result
+	CheckEach(ctx context.Context, reqs []*host.CheckRequest) []host.Result
 }
 
 // NewServer returns a gRPC server with the rate limit service and the
@@ -114,82 +145,42 @@ func (s *RateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		s.log.Debug("invalid rate limit request", "domain", req.GetDomain(), "err", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	results := s.check.CheckEach(ctx, reqs)
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(reqs)),
 	}
-	// One bound for the whole request: its descriptors' checks and refunds
-	// share the engine's decision time-out.
-	ctx, cancel := host.ShareDecisionTimeout(ctx, s.check)
-	defer cancel()
 	all := host.Result{Allowed: true}
-	results := make([]host.Result, len(reqs))
-	over := false
-	for i, cr := range reqs {
-		if over {
-			cr.Hits = 0 // report the state, consume nothing
-		}
-		results[i] = s.check.Check(ctx, cr)
+	for i := range results {
 		res := &results[i]
 		if res.BadRequest != nil {
-			if !over {
-				s.refund(ctx, reqs[:i], results[:i])
-			}
-			return nil, status.Error(codes.InvalidArgument, res.BadRequest.Error())
+			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("descriptors[%d]: %v", i, res.BadRequest))
 		}
-		resp.Statuses[i] = descriptorStatus(res)
-		all.Results = append(all.Results, res.Results...)
-		if res.Allowed {
-			continue
+		p, ok := reported(res)
+		resp.Statuses[i] = descriptorStatus(res, p, ok)
+		if ok {
+			all.Results = append(all.Results, p)
 		}
-		all.Allowed = false
-		all.RetryAfter = max(all.RetryAfter, res.RetryAfter)
-		if !over {
-			over = true
-			s.refund(ctx, reqs[:i], results[:i])
+		if !res.Allowed {
+			all.Allowed = false
+			all.RetryAfter = max(all.RetryAfter, res.RetryAfter)
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-	}
-	if over {
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	resp.ResponseHeadersToAdd = headersToAdd(&all)
 	return resp, nil
 }
 
-// refund gives back the units that descriptors allowed before one was over
-// the limit consumed. Only checks in which a plugin granted units are
-// refunded; a refund that fails is logged and otherwise ignored (the units
-// expire with their window), as in the engine.
-func (s *RateLimitService) refund(ctx context.Context, done []*host.CheckRequest, results []host.Result) {
-	for i, cr := range done {
-		if cr.Hits <= 0 || !granted(&results[i]) {
-			continue
-		}
-		back := *cr
-		back.Hits = -cr.Hits
-		res := s.check.Check(ctx, &back)
-		for _, rr := range res.Results {
-			if rr.Err != nil {
-				s.log.Warn("refund failed", "rule", rr.Rule, "subject", rr.Subject, "err", rr.Err)
-			}
-		}
-	}
-}
-
-// granted reports whether a plugin granted units in a check.
-func granted(res *host.Result) bool {
-	for _, rr := range res.Results {
-		if rr.Degraded == host.DegradedNone && rr.Granted > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // checkRequests maps each descriptor to a check (see the package comment).
 func checkRequests(req *rlsv3.RateLimitRequest) ([]*host.CheckRequest, error) {
+	if req.GetDomain() == "" {
+		return nil, errors.New("rate limit domain must not be empty")
+	}
 	ds := req.GetDescriptors()
-	if len(ds) > MaxDescriptors {
+	switch {
+	case len(ds) == 0:
+		return nil, errors.New("rate limit descriptor list must not be empty")
+	case len(ds) > MaxDescriptors:
 		return nil, fmt.Errorf("descriptors: at most %d per call, got %d", MaxDescriptors, len(ds))
 	}
 	out := make([]*host.CheckRequest, len(ds))
@@ -198,26 +189,66 @@ func checkRequests(req *rlsv3.RateLimitRequest) ([]*host.CheckRequest, error) {
 		if err != nil {
 			return nil, fmt.Errorf("descriptors[%d]: %w", i, err)
 		}
-		cr := &host.CheckRequest{Attrs: make(map[string]string, len(d.GetEntries())+1), Hits: hits}
+		cr := &host.CheckRequest{Attrs: make(map[string]string, len(d.GetEntries())+4), Hits: hits}
+		keys := make([]string, 0, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
 			cr.Attrs[e.GetKey()] = e.GetValue()
+			keys = append(keys, e.GetKey())
 			if e.GetKey() == RemoteAddressKey {
 				cr.Request.IP = e.GetValue()
 			}
 		}
 		cr.Attrs[DomainAttr] = req.GetDomain()
+		cr.Attrs[KeysAttr] = strings.Join(keys, ",")
+		delete(cr.Attrs, LimitOverrideAttr)
+		delete(cr.Attrs, LimitOverrideWindowAttr)
+		if o := d.GetLimit(); o != nil {
+			window, err := overrideWindow(o)
+			if err != nil {
+				return nil, fmt.Errorf("descriptors[%d]: limit: %w", i, err)
+			}
+			cr.Attrs[LimitOverrideAttr] = strconv.FormatUint(uint64(o.GetRequestsPerUnit()), 10)
+			cr.Attrs[LimitOverrideWindowAttr] = window.String()
+		}
 		out[i] = cr
 	}
 	return out, nil
 }
 
+// overrideUnits are the lengths of Envoy's RateLimitUnit values, as
+// envoyproxy/ratelimit counts them: a month is 30 days, a year 365.
+var overrideUnits = map[typev3.RateLimitUnit]time.Duration{
+	typev3.RateLimitUnit_SECOND: time.Second,
+	typev3.RateLimitUnit_MINUTE: time.Minute,
+	typev3.RateLimitUnit_HOUR:   time.Hour,
+	typev3.RateLimitUnit_DAY:    24 * time.Hour,
+	typev3.RateLimitUnit_MONTH:  30 * 24 * time.Hour,
+	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
+}
+
+// overrideWindow is the window of a descriptor's limit override: its unit
+// times its unit_multiplier, if set.
+func overrideWindow(o *rlcommonv3.RateLimitDescriptor_RateLimitOverride) (time.Duration, error) {
+	unit, ok := overrideUnits[o.GetUnit()]
+	if !ok {
+		return 0, fmt.Errorf("unit: want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR, got %s", o.GetUnit())
+	}
+	if m := o.GetUnitMultiplier(); m != nil {
+		if m.GetValue() == 0 {
+			return 0, errors.New("unit_multiplier: must be at least 1")
+		}
+		unit *= time.Duration(m.GetValue())
+	}
+	return unit, nil
+}
+
+// descriptorHits is a descriptor's hits: its own hits_addend when set (0
+// then only checks), else the request's, where 0 means 1; negative when
+// the descriptor refunds.
 func descriptorHits(req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescriptor) (int64, error) {
-	hits := uint64(req.GetHitsAddend())
+	hits := max(uint64(req.GetHitsAddend()), 1)
 	if d.GetHitsAddend() != nil {
 		hits = d.GetHitsAddend().GetValue()
-	}
-	if hits == 0 {
-		hits = 1
 	}
 	if hits > MaxHits {
 		return 0, fmt.Errorf("hits_addend: at most %d, got %d", MaxHits, hits)
@@ -228,28 +259,53 @@ func descriptorHits(req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescript
 	return int64(hits), nil
 }
 
-// descriptorStatus reports one check's decision and its most restrictive
-// rule: what is left of its quota and when it resets or, on a denial, none
-// left until its retry-after.
-func descriptorStatus(res *host.Result) *rlsv3.RateLimitResponse_DescriptorStatus {
+// reported is the rule a descriptor's status reports: the most restrictive
+// enforcing rule with a limit or, when only shadow rules report one, the
+// most restrictive of those, as envoy ratelimit reports a shadow limit,
+// turned into what an allowed request sees (a shadow rule over its limit:
+// nothing remaining until its retry-after).
+func reported(res *host.Result) (host.RuleResult, bool) {
+	if p, ok := res.Policy(); ok {
+		return p, true
+	}
+	p, ok := res.ShadowPolicy()
+	if !ok {
+		return p, false
+	}
+	if !p.Allowed {
+		p.Allowed, p.Remaining, p.Reset = true, 0, p.RetryAfter
+	}
+	p.Shadow = false
+	return p, true
+}
+
+// descriptorStatus reports one check's decision and the rule p it
+// reports: what is left of its quota and when it resets or, on a denial,
+// none left until its retry-after. A check an exempt rule admitted,
+// with no other limit, reports the most that can remain, as envoy
+// ratelimit's unlimited descriptors do.
+func descriptorStatus(res *host.Result, p host.RuleResult, ok bool) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if !res.Allowed {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	p, ok := res.Policy()
 	if !ok {
+		if res.Allowed && slices.ContainsFunc(res.Results, func(rr host.RuleResult) bool { return rr.Exempt }) {
+			st.LimitRemaining = math.MaxUint32
+		}
 		return st
 	}
 	st.CurrentLimit = RateLimitOf(p.Rule, p.Limit, p.Window)
-	if p.Allowed {
+	if p.Allowed && res.Allowed {
 		st.LimitRemaining = clampUint32(p.Remaining)
 		st.DurationUntilReset = durationpb.New(p.Reset)
 		return st
 	}
 	// A denial has no quota left whatever the plugin counts (a sortedset
-	// min_gap denies with its rates' quota unspent), and its window ends
-	// when a retry may pass: the same numbers as the RateLimit header.
-	st.DurationUntilReset = durationpb.New(p.RetryAfter)
+	// min_gap denies with its rates' quota unspent, a request for more
+	// hits than remain leaves them), and its window ends when a retry may
+	// pass: the same numbers as the RateLimit header.
+	st.DurationUntilReset = durationpb.New(max(p.RetryAfter, res.RetryAfter))
 	return st
 }
 
@@ -259,6 +315,8 @@ var units = []struct {
 	unit rlsv3.RateLimitResponse_RateLimit_Unit
 	d    time.Duration
 }{
+	{rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
 	{rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
 	{rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
 	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},

@@ -354,35 +354,40 @@ func TestOneBoundPerRequest(t *testing.T) {
 	}
 }
 
-// refusingChecker grants every check except those of user "bad", which it
-// refuses as bad input, and records the hits it was asked for.
+// refusingChecker grants every descriptor except those of user "bad",
+// which it refuses as bad input, and records the hits it was asked for.
 type refusingChecker struct {
 	mu   sync.Mutex
 	hits []int64
 }
 
-func (c *refusingChecker) Check(_ context.Context, req *host.CheckRequest) host.Result {
-	c.mu.Lock()
-	c.hits = append(c.hits, req.Hits)
-	c.mu.Unlock()
-	if req.Attrs["user"] == "bad" {
-		return host.Result{BadRequest: sdk.BadRequest("no lease id")}
+func (c *refusingChecker) CheckEach(_ context.Context, reqs []*host.CheckRequest) []host.Result {
+	out := make([]host.Result, len(reqs))
+	for i, req := range reqs {
+		c.mu.Lock()
+		c.hits = append(c.hits, req.Hits)
+		c.mu.Unlock()
+		if req.Attrs["user"] == "bad" {
+			out[i] = host.Result{BadRequest: sdk.BadRequest("no lease id")}
+			break
+		}
+		out[i] = host.Result{Allowed: true, Results: []host.RuleResult{{Rule: "r", Decision: sdk.Decision{Allowed: true, Granted: req.Hits, Limit: 5}}}}
 	}
-	return host.Result{Allowed: true, Results: []host.RuleResult{{Rule: "r", Decision: sdk.Decision{Allowed: true, Granted: req.Hits, Limit: 5}}}}
+	return out
 }
 
 // TestBadInputIsInvalidArgument: a descriptor a plugin refuses as bad input
-// fails the call with InvalidArgument, after the descriptors before it were
-// refunded.
+// fails the call with InvalidArgument naming the descriptor and the
+// problem.
 func TestBadInputIsInvalidArgument(t *testing.T) {
 	c := &refusingChecker{}
 	svc := grpcapi.NewRateLimitService(c, nil)
 	_, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
 		Descriptors: []*rlcommonv3.RateLimitDescriptor{descriptor("user", "good"), descriptor("user", "bad")}})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "no lease id") {
-		t.Fatalf("err %v, want InvalidArgument naming the problem", err)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptors[1]") || !strings.Contains(err.Error(), "no lease id") {
+		t.Fatalf("err %v, want InvalidArgument naming the descriptor and the problem", err)
 	}
-	if want := []int64{1, 1, -1}; !slices.Equal(c.hits, want) {
-		t.Fatalf("hits asked %v, want %v (the good descriptor refunded)", c.hits, want)
+	if want := []int64{1, 1}; !slices.Equal(c.hits, want) {
+		t.Fatalf("hits asked %v, want %v", c.hits, want)
 	}
 }

@@ -254,6 +254,7 @@ type resultAnswer struct {
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	DelayMS      int64  `json:"delay_ms"`
 	Shadow       bool   `json:"shadow"`
+	Exempt       bool   `json:"exempt,omitempty"`
 	Degraded     string `json:"degraded"`
 	Error        string `json:"error,omitempty"`
 }
@@ -265,7 +266,7 @@ func encodeResult(res *host.Result) *checkAnswer {
 			Rule: rr.Rule, Subject: rr.Subject, Plugin: rr.Plugin, Allowed: rr.Allowed,
 			Granted: rr.Granted, Limit: rr.Limit, Remaining: rr.Remaining,
 			ResetMS: ceilMS(rr.Reset), RetryAfterMS: ceilMS(rr.RetryAfter), DelayMS: ceilMS(rr.Delay),
-			Shadow: rr.Shadow, Degraded: string(rr.Degraded),
+			Shadow: rr.Shadow, Exempt: rr.Exempt, Degraded: string(rr.Degraded),
 		}
 		if rr.Err != nil {
 			ra.Error = rr.Err.Error()

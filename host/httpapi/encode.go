@@ -49,6 +49,9 @@ func appendResult(b []byte, res *host.Result) []byte {
 		b = strconv.AppendInt(b, ceilMS(rr.Delay), 10)
 		b = append(b, `,"shadow":`...)
 		b = strconv.AppendBool(b, rr.Shadow)
+		if rr.Exempt {
+			b = append(b, `,"exempt":true`...)
+		}
 		b = append(b, `,"degraded":`...)
 		b = appendString(b, string(rr.Degraded))
 		if rr.Err != nil {

@@ -39,6 +39,7 @@ var LatencyBuckets = []float64{
 var outcomes = [...]host.Outcome{
 	host.OutcomeAllowed, host.OutcomeDenied, host.OutcomeShadowDenied,
 	host.OutcomeDegradedAllow, host.OutcomeDegradedDeny, host.OutcomeDegradedLocal, host.OutcomeBadRequest,
+	host.OutcomeExempt,
 }
 
 func outcomeIndex(o host.Outcome) int {
@@ -57,6 +58,8 @@ func outcomeIndex(o host.Outcome) int {
 		return 5
 	case host.OutcomeBadRequest:
 		return 6
+	case host.OutcomeExempt:
+		return 7
 	}
 	return -1
 }
@@ -102,6 +105,7 @@ type Metrics struct {
 	decisions   *prometheus.CounterVec
 	denyCache   *prometheus.CounterVec
 	leaseUnits  *prometheus.CounterVec
+	subjects    *prometheus.CounterVec
 	checkDur    prometheus.Histogram
 	redisDur    *prometheus.HistogramVec
 	redisErrs   *prometheus.CounterVec
@@ -114,11 +118,13 @@ type Metrics struct {
 	lastReload  prometheus.Gauge
 	pools       *poolCollector
 
-	rules   sync.Map // rule name -> *ruleMetrics
-	plugins sync.Map // plugin name -> *pluginMetrics
-	nodes   sync.Map // Redis master -> *nodeMetrics
-	engine  atomic.Pointer[Engine]
-	up      atomic.Bool
+	subjectSeries sync.Map     // rule + "\x00" + subject, the pairs counted by name
+	subjectCount  atomic.Int64 // entries of subjectSeries
+	rules         sync.Map     // rule name -> *ruleMetrics
+	plugins       sync.Map     // plugin name -> *pluginMetrics
+	nodes         sync.Map     // Redis master -> *nodeMetrics
+	engine        atomic.Pointer[Engine]
+	up            atomic.Bool
 }
 
 type ruleMetrics struct {
@@ -160,6 +166,10 @@ func New(o Options) *Metrics {
 			Name: "ruled_client_lease_units_total",
 			Help: "Units of client leases (POST /v1/lease) by rule and event: taken, returned unused, late (a return refused near the lease's deadline; its units stay counted).",
 		}, []string{"rule", "event"}),
+		subjects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ruled_subject_decisions_total",
+			Help: "Decisions of rules with detailed_metric: true, by rule, subject and outcome. At most MaxSubjectSeries rule and subject pairs are kept; later subjects count under subject=\"_other\".",
+		}, []string{"rule", "subject", "outcome"}),
 		checkDur: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ruled_check_duration_seconds",
 			Help:    "Time to decide one check, all matching rules included.",
@@ -227,7 +237,7 @@ func New(o Options) *Metrics {
 		Help:        "Always 1; the labels say which ruled build is running.",
 		ConstLabels: prometheus.Labels{"version": o.Version, "goversion": runtime.Version()},
 	}, func() float64 { return 1 })
-	m.reg.MustRegister(m.decisions, m.denyCache, m.leaseUnits, m.checkDur, m.redisDur, m.redisErrs, m.pluginErrs,
+	m.reg.MustRegister(m.decisions, m.denyCache, m.leaseUnits, m.subjects, m.checkDur, m.redisDur, m.redisErrs, m.pluginErrs,
 		m.redisUp, m.nodeDur, m.nodeErrs, &nodeCollector{m: m}, m.reloads, m.rulesLoaded, m.lastReload, m.pools, instances, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -345,6 +355,29 @@ func (m *Metrics) Decision(rule, _ string, outcome host.Outcome, cached bool) {
 	if cached {
 		rm.denyCache.Inc()
 	}
+}
+
+// MaxSubjectSeries bounds the rule and subject pairs of
+// ruled_subject_decisions_total, so that a rule with detailed_metric on a
+// high-cardinality subject cannot grow the metrics without end.
+const MaxSubjectSeries = 10_000
+
+// OtherSubject is the subject label of the decisions of subjects beyond
+// MaxSubjectSeries.
+const OtherSubject = "_other"
+
+// SubjectDecision implements host.SubjectObserver.
+func (m *Metrics) SubjectDecision(rule, subject string, outcome host.Outcome) {
+	key := rule + "\x00" + subject
+	if _, ok := m.subjectSeries.Load(key); !ok {
+		if m.subjectCount.Add(1) > MaxSubjectSeries {
+			m.subjectCount.Add(-1)
+			subject = OtherSubject
+		} else if _, loaded := m.subjectSeries.LoadOrStore(key, struct{}{}); loaded {
+			m.subjectCount.Add(-1)
+		}
+	}
+	m.subjects.WithLabelValues(rule, subject, string(outcome)).Inc()
 }
 
 // LeaseUnits implements host.LeaseObserver.

@@ -1,0 +1,54 @@
+package host
+
+import (
+	"context"
+	"time"
+
+	"github.com/ruled-dev/ruled/rules"
+)
+
+// CheckEach decides reqs as the parts of one request, as Envoy's rate
+// limit service asks with the descriptors of one call: in order, sharing
+// one decision time-out; a rule that one part's match replaces
+// (replaces:) applies to none of them; once a part is denied, what the
+// parts before it were granted is refunded where their plugins declare
+// refunds (their results then report the remaining after the refund), and
+// the parts after it only peek (hits 0), so that a denied request uses up
+// no quota. A part a plugin refuses as bad input (BadRequest) ends the
+// request the same way: the parts after it are not decided and their
+// results are empty.
+func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
+	start := time.Now()
+	b := newBudget(ctx, start, e.timeout)
+	g := e.gen.Load()
+	sels := make([][]rules.Selection, len(reqs))
+	for i, req := range reqs {
+		sels[i] = g.set.AppendMatch(nil, &rules.Input{Request: req.Request, Attrs: req.Attrs})
+	}
+	sels = g.set.DropReplaced(sels)
+	out := make([]Result, len(reqs))
+	over := false
+	for i, req := range reqs {
+		if over && req.Hits != 0 {
+			peek := *req
+			peek.Hits = 0
+			req = &peek
+		}
+		res := &out[i]
+		e.decideAll(ctx, b, g, sels[i], req, res)
+		if res.Allowed || over {
+			continue
+		}
+		over = true
+		for j := range i {
+			e.refund(ctx, b, g, sels[j], out[j].Results, 0, reqs[j].DedupID, reqs[j].Attrs)
+		}
+		if res.BadRequest != nil {
+			break
+		}
+	}
+	for i := range out {
+		e.observe(&out[i], start)
+	}
+	return out
+}
