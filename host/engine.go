@@ -73,7 +73,11 @@ type RuleResult struct {
 // ReportsLimit reports whether the result is a limit to tell clients of
 // (RateLimit fields, RLS statuses): an enforcing rule, not shadow, whose
 // plugin reported a limit.
-func (rr *RuleResult) ReportsLimit() bool { return !rr.Shadow && rr.Limit > 0 }
+func (rr *RuleResult) ReportsLimit() bool { return !rr.Shadow && rr.hasLimit() }
+
+// hasLimit reports whether the plugin reported a limit: a positive one, or
+// a block (limit 0) over a window.
+func (rr *RuleResult) hasLimit() bool { return rr.Limit > 0 || (rr.Limit == 0 && rr.Window > 0) }
 
 // badRequest reports whether the plugin refused the request as bad input:
 // the only result with an error that is not degraded.
@@ -119,7 +123,7 @@ func (r *Result) Policy() (RuleResult, bool) {
 func (r *Result) ShadowPolicy() (RuleResult, bool) {
 	best, found := RuleResult{}, false
 	for _, rr := range r.Results {
-		if !rr.Shadow || rr.Limit <= 0 {
+		if !rr.Shadow || !rr.hasLimit() {
 			continue
 		}
 		if !found || moreRestrictive(rr, best) {

@@ -36,7 +36,7 @@ func TestBuiltinConfigErrorsPointAtTheKey(t *testing.T) {
 		{"leaky", []string{"capacity: 5", "rate: 10", "mode: drop"}, 2, "mode"},
 		{"sortedset", []string{"limit: 5", "window: 10s", "min_gap: 10 foo"}, 2, "min_gap"},
 		{"sortedset", []string{"limit: 5", "window: 10s", "min_gap: -1s"}, 2, "min_gap"},
-		{"sortedset", []string{"limit: 5", "window: 10s", "also:", "  - {limit: 0, window: 1m}"}, 3, "also[0]"},
+		{"sortedset", []string{"limit: 5", "window: 10s", "also:", "  - {limit: -1, window: 1m}"}, 3, "also[0]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.plugin+"/"+tc.bad, func(t *testing.T) {

@@ -281,9 +281,9 @@ rules:
     subject: request.ip
     plugin: fixedwindow
     config:
-      limit: 0
+      limit: -1
       window: 1s
-`, []want{{6, 14, rules.CodeBadConfig, "a", "config: limit: must be at least 1, got 0"}}},
+`, []want{{6, 14, rules.CodeBadConfig, "a", "config: limit: must be at least 0 (0 blocks the subject), got -1"}}},
 		{"missing config", "rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow}\n",
 			[]want{
 				{2, 5, rules.CodeBadConfig, "a", "config: limit: required"},

@@ -49,6 +49,11 @@ const contractRules = `rules:
     plugin: fixedwindow
     config: {limit: 100, window: 1m}
     replaces: [per-tenant]
+  - name: banned
+    when: attrs["domain"] == "edge" && attrs["descriptor_keys"] == "banned"
+    subject: attrs["banned"]
+    plugin: fixedwindow
+    config: {limit: 0, window: 1m}
 `
 
 func ask(t *testing.T, f *fixture, hits uint32, ds ...*rlcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
@@ -211,5 +216,20 @@ func TestEmptyDomainOrDescriptorsIsAnError(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "must not be empty") {
 			t.Errorf("%v: %v, want InvalidArgument", req, err)
 		}
+	}
+}
+
+// TestBlockedDescriptor: a limit of 0 is always over the limit and reports
+// requests_per_unit 0, as envoy ratelimit's requests_per_unit: 0.
+func TestBlockedDescriptor(t *testing.T) {
+	f := newFixtureOf(t, 2*time.Second, contractRules)
+	resp := ask(t, f, 1, descriptor("banned", "mallory"))
+	st := resp.Statuses[0]
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetName() != "banned" || st.CurrentLimit.GetRequestsPerUnit() != 0 ||
+		st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() <= 0 {
+		t.Fatalf("blocked: %v", resp)
+	}
+	if got := header(resp, "ratelimit-policy"); got != `"banned";q=0;w=60` {
+		t.Fatalf("ratelimit-policy %q", got)
 	}
 }

@@ -26,13 +26,18 @@ func NewModel(c Config) *Model { return &Model{cfg: c, subjects: map[string]*mod
 func (m *Model) Decide(nowUS int64, r sdk.Request) sdk.Decision {
 	window, offset, limit := m.cfg.Window.Microseconds(), m.cfg.Offset.Microseconds(), m.cfg.Limit
 	start := nowUS - (nowUS-offset)%window
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	reset := start + window - nowUS
+	if limit == 0 && r.Hits >= 0 {
+		// A block: decided from the clock alone, state untouched; a peek
+		// is denied too, as in an exhausted window.
+		return sdk.Decision{Window: m.cfg.Window, Reset: us(reset), RetryAfter: us(reset)}
+	}
 	st := m.subjects[r.Subject]
 	if st == nil || st.start != start {
 		st = &modelState{start: start, dedup: map[string]int64{}}
 		m.subjects[r.Subject] = st
 	}
-	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
-	reset := start + window - nowUS
 	d := sdk.Decision{Limit: limit, Window: m.cfg.Window, Reset: us(reset)}
 	switch {
 	case r.Hits == 0:

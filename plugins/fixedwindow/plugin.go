@@ -1,5 +1,11 @@
 // Package fixedwindow is the fixed-window counter: at most limit hits per
 // window, windows aligned to Redis time plus an optional offset.
+//
+// limit 0 blocks the subject: every request for hits is denied, with
+// retry_after and reset the end of the current window; a peek is denied
+// the same way, as in an exhausted window (limit and remaining 0), and a
+// refund gives back what the window counted before the block as usual. The script decides a block of hits >= 0 from
+// Redis time alone, without reading or writing the subject's keys.
 package fixedwindow
 
 import (
@@ -19,7 +25,7 @@ const Name = "fixedwindow"
 
 // Config is the parsed rule config.
 type Config struct {
-	Limit  int64         // hits allowed per window, at least 1
+	Limit  int64         // hits allowed per window, at least 0; 0 blocks the subject
 	Window time.Duration // window length, at least 1ms
 	Offset time.Duration // shift of window boundaries, 0 <= offset < window
 }
@@ -59,7 +65,7 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	if err := r.Done(); err != nil {
 		return nil, err
 	}
-	r.Check(c.Limit >= 1, "limit", "must be at least 1, got %d", c.Limit)
+	r.Check(c.Limit >= 0, "limit", "must be at least 0 (0 blocks the subject), got %d", c.Limit)
 	r.Check(c.Limit < MaxExact, "limit", "must be below 2^53, got %d", c.Limit)
 	r.Check(c.Window >= time.Millisecond, "window", "must be at least 1ms, got %s", c.Window)
 	r.Check(c.Window%time.Microsecond == 0, "window", "must be a whole number of microseconds")

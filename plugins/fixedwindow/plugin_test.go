@@ -140,7 +140,7 @@ func TestConfigErrors(t *testing.T) {
 		want []string
 	}{
 		{map[string]any{}, []string{"limit: required", "window: required"}},
-		{map[string]any{"limit": 0, "window": "1s"}, []string{"limit: must be at least 1"}},
+		{map[string]any{"limit": -1, "window": "1s"}, []string{"limit: must be at least 0"}},
 		{map[string]any{"limit": 1, "window": "10"}, []string{"window: want a duration"}},
 		{map[string]any{"limit": 1, "window": "1s", "offset": "2s"}, []string{"offset: must be at least 0 and less than window"}},
 		{map[string]any{"limit": 1, "window": "1s", "limt": 3}, []string{"limt: unknown field"}},

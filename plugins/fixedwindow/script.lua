@@ -1,7 +1,7 @@
 -- fixedwindow: a counter per window aligned to Redis time plus an offset.
 -- KEYS[1] counter hash {s = window start (us), n = count}
 -- KEYS[2] dedup hash {dedup_id = "<window start>:<granted>"}
--- ARGV: limit, window_us, offset_us, hits, dedup_id, best_effort (0|1)
+-- ARGV: limit (0 blocks), window_us, offset_us, hits, dedup_id, best_effort (0|1)
 -- Reply: {allowed, granted, limit, remaining, reset_us, retry_after_us}
 -- All time values are integers in microseconds; Lua numbers are doubles,
 -- exact for integers below 2^53, and math.fmod is exact, so no rounding
@@ -18,6 +18,14 @@ local start = now - math.fmod(now - offset, window)
 local reset = start + window - now
 local ttl_ms = math.floor(reset / 1000) + 1000
 local start_s = string.format('%d', start)
+
+-- limit 0 blocks: hits and peeks alike are denied until the window ends
+-- (no hit is left, as in an exhausted window), whatever is counted or
+-- recorded; neither reads nor writes the keys. Refunds (below) give back
+-- what the window counted before the block.
+if limit == 0 and hits >= 0 then
+  return {0, 0, 0, 0, reset, reset}
+end
 
 local cur = redis.call('HMGET', KEYS[1], 's', 'n')
 local count = 0

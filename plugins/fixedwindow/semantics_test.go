@@ -219,7 +219,7 @@ func TestConfigErrorsOfWindowAndOffset(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"limit": 1, "window": "500us"}, "window: must be at least 1ms, got 500µs"},
-		{map[string]any{"limit": 0, "window": "1m"}, "limit: must be at least 1, got 0"},
+		{map[string]any{"limit": -1, "window": "1m"}, "limit: must be at least 0 (0 blocks the subject), got -1"},
 		{map[string]any{"limit": 1 << 53, "window": "1m"}, "limit: must be below 2^53, got 9007199254740992"},
 		{map[string]any{"limit": 1, "window": "1ms500ns"}, "window: must be a whole number of microseconds"},
 		{map[string]any{"limit": 1, "window": "1m", "offset": "-1s"}, "offset: must be at least 0 and less than window (1m0s), got -1s"},
@@ -233,6 +233,7 @@ func TestConfigErrorsOfWindowAndOffset(t *testing.T) {
 	}
 	for _, raw := range []map[string]any{
 		{"limit": 1, "window": "1ms"},
+		{"limit": 0, "window": "1m"}, // a block
 		{"limit": 1<<53 - 1, "window": "1h"},
 		{"limit": 1, "window": "1m", "offset": "59.999999s"},
 		{"limit": 1, "window": "24h", "offset": 0},

@@ -2,6 +2,12 @@
 // that drains rate units per per. In police mode a request that would
 // overflow the funnel is denied; in shape mode an admitted request also gets
 // a delay so that admitted units leave at a constant rate.
+//
+// There is no block form: capacity 0 or rate 0 is a load error that points
+// to fixedwindow's limit: 0. A funnel of 0 units has no window whose end a
+// block could report (its reset and policy window would be 0), and a
+// leaky bucket without burst (nginx's limit_req with burst=0) still passes
+// requests at the rate, so capacity 0 need not read as "deny everything".
 package leaky
 
 import (
@@ -87,8 +93,8 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("leaky: %w", err)
 	}
-	r.Check(c.Capacity >= 1, "capacity", "must be at least 1, got %d", c.Capacity)
-	r.Check(c.Rate >= 1, "rate", "must be at least 1, got %d", c.Rate)
+	r.Check(c.Capacity >= 1, "capacity", "must be at least 1, got %d%s", c.Capacity, blockHint(c.Capacity))
+	r.Check(c.Rate >= 1, "rate", "must be at least 1, got %d%s", c.Rate, blockHint(c.Rate))
 	r.Check(c.Rate <= maxScaled, "rate", "must be at most 2^52, got %d", c.Rate)
 	perOK := c.Per >= time.Microsecond && c.Per%time.Microsecond == 0
 	r.Check(perOK, "per", "must be a whole number of microseconds, at least 1µs, got %s", c.Per)
@@ -101,6 +107,15 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 		return nil, fmt.Errorf("leaky: %w", err)
 	}
 	return c, nil
+}
+
+// blockHint is what a config error adds to a value of 0: the plugin has no
+// block form, and where to find one.
+func blockHint(v int64) string {
+	if v != 0 {
+		return ""
+	}
+	return " (a leaky bucket cannot block; to block a subject, use a fixedwindow rule with limit: 0)"
 }
 
 // decideKeys are the decide script's keys, shared by every call.

@@ -336,7 +336,8 @@ func TestConfigErrors(t *testing.T) {
 		want []string
 	}{
 		{map[string]any{}, []string{"capacity: required", "rate: required"}},
-		{map[string]any{"capacity": 0, "rate": -1}, []string{"capacity: must be at least 1", "rate: must be at least 1"}},
+		{map[string]any{"capacity": 0, "rate": -1}, []string{"capacity: must be at least 1, got 0 (a leaky bucket cannot block; to block a subject, use a fixedwindow rule with limit: 0)", "rate: must be at least 1, got -1"}},
+		{map[string]any{"capacity": 1, "rate": 0}, []string{"rate: must be at least 1, got 0 (a leaky bucket cannot block; to block"}},
 		{map[string]any{"capacity": 1, "rate": 1, "per": "0s"}, []string{"per: must be a whole number of microseconds"}},
 		{map[string]any{"capacity": 1, "rate": 1, "per": "1500ns"}, []string{"per: must be a whole number of microseconds"}},
 		{map[string]any{"capacity": 1, "rate": 1, "mode": "drop"}, []string{`mode: must be "police" or "shape"`}},

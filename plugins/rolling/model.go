@@ -106,6 +106,13 @@ func (m *Model) Decide(nowUS int64, r sdk.Request) sdk.Decision {
 func (m *Model) decide(st *subjectState, now int64, r sdk.Request) sdk.Decision {
 	limit := m.cfg.Limit
 	cur := now - now%m.bucket
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	blockReset := m.expiry(cur) - now // a block's reset: when a hit counted now would leave
+	if limit == 0 && r.Hits >= 0 {
+		// A block: decided from the clock alone, state untouched; a peek
+		// is denied too, as in an exhausted window.
+		return sdk.Decision{Window: m.cfg.Window, Reset: us(blockReset), RetryAfter: us(blockReset)}
+	}
 	low := cur - m.window + m.bucket // the oldest bucket start still in the window
 	m.prune(st, now)
 	if len(st.live) == 0 {
@@ -133,9 +140,12 @@ func (m *Model) decide(st *subjectState, now int64, r sdk.Request) sdk.Decision 
 		return reset()
 	}
 	answer := func(allowed bool, granted, retry int64) sdk.Decision {
-		us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
-		return sdk.Decision{Allowed: allowed, Granted: granted, Limit: limit, Remaining: max(limit-total, 0),
+		d := sdk.Decision{Allowed: allowed, Granted: granted, Limit: limit, Remaining: max(limit-total, 0),
 			Window: m.cfg.Window, Reset: us(reset()), RetryAfter: us(retry)}
+		if limit == 0 { // a refund under a block
+			d.Reset = us(blockReset)
+		}
+		return d
 	}
 	recorded := func() (count, bool) {
 		if r.DedupID == "" {

@@ -1,6 +1,13 @@
 // Package rolling is the rolling-window counter: at most limit hits in any
 // window, the window split into buckets aligned to Redis time that expire
 // one by one, so the limit stays smooth across window edges.
+//
+// limit 0 blocks the subject: every request for hits is denied, with
+// retry_after and reset the time until a hit counted now would leave the
+// window (the current bucket's start plus window); a peek is denied the
+// same way, as in an exhausted window (limit and remaining 0), and a refund
+// gives back what was counted before the block as usual. The script decides a block of hits >= 0 from Redis time
+// alone, without reading or writing the subject's keys.
 package rolling
 
 import (
@@ -36,7 +43,7 @@ const MaxWindow = 10 * 365 * 24 * time.Hour
 
 // Config is the parsed rule config.
 type Config struct {
-	Limit   int64         // hits allowed in any window, 1 to MaxLimit
+	Limit   int64         // hits allowed in any window, 0 to MaxLimit; 0 blocks the subject
 	Window  time.Duration // window length, 1ms to MaxWindow, a whole number of microseconds
 	Buckets int64         // buckets per window, 1 to MaxBuckets; window must split into whole microseconds
 }
@@ -75,7 +82,7 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	if err := r.Done(); err != nil {
 		return nil, err
 	}
-	r.Check(c.Limit >= 1 && c.Limit <= MaxLimit, "limit", "must be between 1 and %d, got %d", int64(MaxLimit), c.Limit)
+	r.Check(c.Limit >= 0 && c.Limit <= MaxLimit, "limit", "must be between 0 (0 blocks the subject) and %d, got %d", int64(MaxLimit), c.Limit)
 	r.Check(c.Window >= time.Millisecond && c.Window <= MaxWindow, "window", "must be between 1ms and %s, got %s", MaxWindow, c.Window)
 	r.Check(c.Window%time.Microsecond == 0, "window", "must be a whole number of microseconds, got %s", c.Window)
 	r.Check(c.Buckets >= 1 && c.Buckets <= MaxBuckets, "buckets", "must be between 1 and %d, got %d", MaxBuckets, c.Buckets)

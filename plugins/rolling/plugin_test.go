@@ -456,7 +456,7 @@ func TestConfigErrors(t *testing.T) {
 		want []string
 	}{
 		{map[string]any{}, []string{"limit: required", "window: required"}},
-		{map[string]any{"limit": 0, "window": "1s"}, []string{"limit: must be between 1 and"}},
+		{map[string]any{"limit": -1, "window": "1s"}, []string{"limit: must be between 0 (0 blocks the subject) and"}},
 		{map[string]any{"limit": 1, "window": "10"}, []string{"window: want a duration"}},
 		{map[string]any{"limit": 1, "window": "500us"}, []string{"window: must be between 1ms and"}},
 		{map[string]any{"limit": 1, "window": "1s", "buckets": 0}, []string{"buckets: must be between 1 and 1000"}},

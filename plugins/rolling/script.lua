@@ -12,7 +12,7 @@
 --   (floor(now / window) mod 2): {'#' = generation, '=' .. dedup_id =
 --   "<bucket start>:<granted>"}. A generation's hash is wiped when it is
 --   reused two generations later, when none of its records can be valid.
--- ARGV: limit, window_us, bucket_us, hits, dedup_id, best_effort (0|1)
+-- ARGV: limit (0 blocks), window_us, bucket_us, hits, dedup_id, best_effort (0|1)
 -- Reply: {allowed, granted, limit, remaining, reset_us, retry_after_us}
 -- All time values are integers in microseconds; Lua numbers are doubles,
 -- exact for integers below 2^53, and math.fmod is exact, so no rounding
@@ -45,6 +45,17 @@ end
 -- The first instant a bucket starting at s (aligned) no longer counts.
 local function expiry(s)
   return s + window
+end
+
+-- limit 0 blocks. Its reset and retry_after are the time until a hit
+-- counted now would leave the window (the current bucket's expiry), never
+-- 0. Hits and peeks alike are denied (no hit is left, as in an exhausted
+-- window) whatever is counted or recorded, and neither reads nor writes the
+-- keys; refunds (below) give back what was counted before the block and
+-- report the same reset.
+local block_reset = expiry(cur) - now
+if limit == 0 and hits >= 0 then
+  return {0, 0, 0, 0, block_reset, block_reset}
 end
 
 local n, o, h = 0, low, nil
@@ -277,6 +288,7 @@ if hits < 0 then
     h = newest
     dirty = true
   end
+  if limit == 0 then return finish({1, -refund, 0, 0, block_reset, 0}) end
   return finish({1, -refund, limit, remaining(), reset(), 0})
 end
 

@@ -2,6 +2,15 @@
 // in a Redis sorted set scored by its time in microseconds, so that limits
 // hold over any window ending now. One script checks a primary rate, any
 // number of extra rates and a minimum gap between admitted actions at once.
+//
+// A rate with limit 0 (the primary one or one in also) blocks the subject:
+// every request for hits is denied, with retry_after and reset the longest
+// window among the rates of limit 0 (an action made now would leave that
+// window then); a peek is denied the same way, as in a full window (limit
+// and remaining 0). Neither needs the log, so Decide answers them without
+// calling Redis: nothing is logged, even with count_denied, and the gap is
+// not touched. A refund runs the script as usual, forgets entries logged
+// before the block, and reports the block.
 package sortedset
 
 import (
@@ -32,13 +41,13 @@ const (
 
 // Rate is one limit per window.
 type Rate struct {
-	Limit  int64         // actions allowed in any window, 1..MaxLimit
+	Limit  int64         // actions allowed in any window, 0..MaxLimit; 0 blocks the subject
 	Window time.Duration // window length, a whole number of µs, 1ms..MaxWindow
 }
 
 // Config is the parsed rule config.
 type Config struct {
-	Limit       int64         // actions allowed per Window, 1..MaxLimit
+	Limit       int64         // actions allowed per Window, 0..MaxLimit; 0 blocks the subject
 	Window      time.Duration // window length, a whole number of µs, 1ms..MaxWindow
 	MinGap      time.Duration // least time between two admitted actions, default 0
 	Also        []Rate        // extra rates, all checked with the first
@@ -48,6 +57,30 @@ type Config struct {
 // Rates returns every rate: the primary one first, then Also.
 func (c Config) Rates() []Rate {
 	return append([]Rate{{Limit: c.Limit, Window: c.Window}}, c.Also...)
+}
+
+// blockWindow returns the longest window among the rates of limit 0, and
+// whether there is one: c blocks the subject.
+// It runs on every decision, so it walks the rates without building Rates.
+func (c Config) blockWindow() (time.Duration, bool) {
+	var w time.Duration
+	blocks := c.Limit == 0
+	if blocks {
+		w = c.Window
+	}
+	for _, rt := range c.Also {
+		if rt.Limit == 0 {
+			w, blocks = max(w, rt.Window), true
+		}
+	}
+	return w, blocks
+}
+
+// blockDecision is a block's answer to a request of hits >= 0 when the
+// longest window of the rates of limit 0 is window: hits and peeks alike
+// are denied until window has passed. Limit and Remaining are 0.
+func blockDecision(window time.Duration) sdk.Decision {
+	return sdk.Decision{Window: window, Reset: window, RetryAfter: window}
 }
 
 // Plugin is the rolling-log algorithm. The zero value is ready to use.
@@ -120,8 +153,8 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 }
 
 func checkRate(r *sdk.ConfigReader, rate Rate) {
-	r.Check(rate.Limit >= 1 && rate.Limit <= MaxLimit, "limit",
-		"must be from 1 to %d, got %d (for larger limits use the rolling or fixedwindow plugin)", MaxLimit, rate.Limit)
+	r.Check(rate.Limit >= 0 && rate.Limit <= MaxLimit, "limit",
+		"must be from 0 (0 blocks the subject) to %d, got %d (for larger limits use the rolling or fixedwindow plugin)", MaxLimit, rate.Limit)
 	r.Check(rate.Window >= time.Millisecond && rate.Window <= MaxWindow && rate.Window%time.Microsecond == 0, "window",
 		"must be a whole number of microseconds from 1ms to %s, got %s", MaxWindow, rate.Window)
 }
@@ -151,11 +184,15 @@ func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, req sdk.Re
 }
 
 // Start implements sdk.Stepper: one script call, whose reply is the decision
-// (with the window of the rate it describes).
+// (with the window of the rate it describes), or for a block and hits >= 0
+// the decision at once, without Redis.
 func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Step, error) {
 	c, ok := cfg.(Config)
 	if !ok {
 		return sdk.Step{}, fmt.Errorf("sortedset: config of type %T", cfg)
+	}
+	if w, blocks := c.blockWindow(); blocks && req.Hits >= 0 {
+		return sdk.Done(blockDecision(w)), nil
 	}
 	rates := c.Rates()
 	args := make([]any, 0, 2*len(rates)+5)

@@ -419,14 +419,14 @@ func TestConfigErrors(t *testing.T) {
 		want []string
 	}{
 		{map[string]any{}, []string{"limit: required", "window: required"}},
-		{map[string]any{"limit": 0, "window": "1s"}, []string{"limit: must be from 1 to 100000"}},
+		{map[string]any{"limit": -1, "window": "1s"}, []string{"limit: must be from 0 (0 blocks the subject) to 100000"}},
 		{map[string]any{"limit": 1, "window": "10us"}, []string{"window: must be a whole number of microseconds from 1ms"}},
 		{map[string]any{"limit": 1, "window": "1s", "min_gap": "-1s"}, []string{"min_gap: must be a whole number of microseconds from 0"}},
 		{map[string]any{"limit": 1, "window": "1s", "count_denied": "yes"}, []string{"count_denied: want true or false"}},
 		{map[string]any{"limit": 1, "window": "1s", "also": map[string]any{"limit": 1}}, []string{"also: want a list"}},
 		{map[string]any{"limit": 1, "window": "1s", "also": []any{map[string]any{"limit": 2}, 7, map[string]any{"limit": 0, "window": "1s", "x": 1}}},
 			[]string{"also[0]: window: required", "also[1]: want a mapping", "also[2]: x: unknown field"}},
-		{map[string]any{"limit": 1, "window": "1s", "also": also(0, "1s")}, []string{"also[0]: limit: must be from 1"}},
+		{map[string]any{"limit": 1, "window": "1s", "also": also(-1, "1s")}, []string{"also[0]: limit: must be from 0"}},
 		{map[string]any{"limit": 1, "window": "1s", "gap": "1s"}, []string{"gap: unknown field"}},
 	} {
 		_, err := sortedset.New().Configure(tc.raw)

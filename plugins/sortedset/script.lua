@@ -3,7 +3,7 @@
 -- KEYS[1] log zset: score = action time (us), member = "<time>:<seq>"
 -- KEYS[2] meta hash {n = last sequence number used, g = time of the last
 --         admitted action (us)}
--- ARGV: nrates, then limit and window_us for each rate, min_gap_us,
+-- ARGV: nrates, then limit (0 blocks) and window_us for each rate, min_gap_us,
 --       count_denied (0|1), hits, best_effort (0|1)
 -- Reply: {allowed, granted, limit, remaining, reset_us, retry_after_us,
 --         delay_us (always 0), window_us of the rate that limit/remaining/reset describe}
@@ -32,6 +32,19 @@ local hits = tonumber(ARGV[2 * n + 4])
 local best = ARGV[2 * n + 5] == '1'
 
 local function fmt(x) return string.format('%d', x) end
+
+-- A rate of limit 0 blocks: bwin is the longest window of such rates, the
+-- block's reset and retry_after. Hits and peeks alike are denied (no action
+-- is left, as in a full window), without touching the keys (Decide answers
+-- these without calling the script); a refund forgets entries as usual and
+-- reports the block.
+local bwin = nil
+for i = 1, n do
+  if limits[i] == 0 then bwin = math.max(bwin or 0, windows[i]) end
+end
+if bwin and hits >= 0 then
+  return {0, 0, 0, 0, bwin, bwin, 0, bwin}
+end
 
 -- ceil(a / b) for integers a >= 0, b >= 1, without rounding (math.fmod is exact)
 local function cdiv(a, b)
@@ -156,4 +169,5 @@ end
 
 local a = 0
 if allowed then a = 1 end
+if bwin then return {a, granted, 0, 0, bwin, retry, 0, bwin} end -- a refund under a block
 return {a, granted, limits[idx], rem, reset, retry, 0, windows[idx]}

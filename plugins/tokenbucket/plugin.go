@@ -9,6 +9,12 @@
 //
 // dedup_id is not supported: it is ignored, so a retried request consumes
 // again. Use fixedwindow or rolling where idempotent retries matter.
+//
+// There is no block form: burst 0 or rate 0 is a load error that points to
+// fixedwindow's limit: 0. A bucket of 0 permits has no window whose end a
+// block could report (its reset and policy window would be 0), and burst 0
+// means different things elsewhere (no events at all in
+// golang.org/x/time/rate, no burst beyond the rate in GCRA limiters).
 package tokenbucket
 
 import (
@@ -80,10 +86,10 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	if err := r.Done(); err != nil {
 		return nil, err
 	}
-	r.Check(c.Rate >= 1 && c.Rate < MaxExact, "rate", "must be between 1 and 2^53-1, got %d", c.Rate)
+	r.Check(c.Rate >= 1 && c.Rate < MaxExact, "rate", "must be between 1 and 2^53-1, got %d%s", c.Rate, blockHint(c.Rate))
 	r.Check(c.Per >= time.Microsecond, "per", "must be at least 1µs, got %s", c.Per)
 	r.Check(c.Per%time.Microsecond == 0, "per", "must be a whole number of microseconds, got %s", c.Per)
-	r.Check(c.Burst >= 1, "burst", "must be at least 1, got %d", c.Burst)
+	r.Check(c.Burst >= 1, "burst", "must be at least 1, got %d%s", c.Burst, blockHint(c.Burst))
 	if err := r.Done(); err != nil {
 		return nil, err
 	}
@@ -95,6 +101,15 @@ func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// blockHint is what a config error adds to a value of 0: the plugin has no
+// block form, and where to find one.
+func blockHint(v int64) string {
+	if v != 0 {
+		return ""
+	}
+	return " (a token bucket cannot block; to block a subject, use a fixedwindow rule with limit: 0)"
 }
 
 // decideKeys are the decide script's keys, shared by every call.

@@ -358,8 +358,9 @@ func TestConfigErrors(t *testing.T) {
 		want []string
 	}{
 		{map[string]any{}, []string{"rate: required"}},
-		{map[string]any{"rate": 0}, []string{"rate: must be between 1 and"}},
-		{map[string]any{"rate": 5, "burst": 0}, []string{"burst: must be at least 1"}},
+		{map[string]any{"rate": 0}, []string{"rate: must be between 1 and 2^53-1, got 0 (a token bucket cannot block; to block a subject, use a fixedwindow rule with limit: 0)"}},
+		{map[string]any{"rate": 5, "burst": 0}, []string{"burst: must be at least 1, got 0 (a token bucket cannot block; to block a subject, use a fixedwindow rule with limit: 0)"}},
+		{map[string]any{"rate": 5, "burst": -1}, []string{"burst: must be at least 1, got -1"}},
 		{map[string]any{"rate": 5, "per": "0s"}, []string{"per: must be at least 1µs"}},
 		{map[string]any{"rate": 5, "per": "1500ns"}, []string{"per: must be a whole number of microseconds"}},
 		{map[string]any{"rate": 5, "per": "soon"}, []string{"per: want a duration"}},
