@@ -22,6 +22,10 @@ type Admin interface {
 	PluginStatuses() []host.PluginStatus
 	Reload() (int, error)
 	Reset(ctx context.Context, rule, subject string) (int64, error)
+	// Counters returns one page of a rule's subjects and their counters.
+	Counters(ctx context.Context, rule, cursor string, limit int) (host.CounterPage, error)
+	// ClearCounters deletes every counter of a rule.
+	ClearCounters(ctx context.Context, rule string) (int64, error)
 }
 
 // bearerToken returns the token of an Authorization header of the Bearer
@@ -65,6 +69,7 @@ func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) a
 			writeJSON(w, http.StatusOK, stats(r.Context()))
 		}))
 	}
+	s.mountCounters(a, readOnly, guard, token)
 	if token == "" {
 		return
 	}

@@ -554,7 +554,7 @@ func TestOpenAPIDescribesLiveAnswers(t *testing.T) {
 
 	// Admin: the token, its absence, the loopback status mode.
 	port := s.loop.URL[strings.LastIndexByte(s.loop.URL, ':'):]
-	for _, path := range []string{"/v1/admin/rules", "/v1/admin/plugins", "/v1/admin/stats"} {
+	for _, path := range []string{"/v1/admin/rules", "/v1/admin/plugins", "/v1/admin/stats", "/v1/admin/counters?rule=per-ip"} {
 		v.call(t, liveCall{base: up, method: "GET", path: path, token: "tok", want: http.StatusOK})
 		v.call(t, liveCall{base: up, method: "GET", path: path, want: http.StatusUnauthorized})
 		v.call(t, liveCall{base: up, method: "GET", path: path, token: "wrong", want: http.StatusUnauthorized})
@@ -566,6 +566,16 @@ func TestOpenAPIDescribesLiveAnswers(t *testing.T) {
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/admin/reset", token: "tok", body: `{"rule": "no-such-rule"}`, want: http.StatusNotFound})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/admin/reset", body: `{"rule": "per-ip"}`, want: http.StatusUnauthorized})
 	v.call(t, liveCall{base: down, method: "POST", path: "/v1/admin/reset", token: "tok", body: `{"rule": "closed", "subject": "198.51.100.1"}`, want: http.StatusServiceUnavailable})
+	// Counters: per-ip holds the subjects of the checks above.
+	v.call(t, liveCall{base: up, method: "GET", path: "/v1/admin/counters?rule=per-ip&limit=1000&cursor=", token: "tok", want: http.StatusOK})
+	v.call(t, liveCall{base: up, method: "GET", path: "/v1/admin/counters?rule=per-ip&limit=0", token: "tok", want: http.StatusBadRequest})
+	v.call(t, liveCall{base: up, method: "GET", path: "/v1/admin/counters?rule=no-such-rule", token: "tok", want: http.StatusNotFound})
+	v.call(t, liveCall{base: down, method: "GET", path: "/v1/admin/counters?rule=closed", token: "tok", want: http.StatusServiceUnavailable})
+	v.call(t, liveCall{base: up, method: "DELETE", path: "/v1/admin/counters?rule=per-ip", token: "tok", want: http.StatusOK})
+	v.call(t, liveCall{base: up, method: "DELETE", path: "/v1/admin/counters", token: "tok", want: http.StatusBadRequest})
+	v.call(t, liveCall{base: up, method: "DELETE", path: "/v1/admin/counters?rule=no-such-rule", token: "tok", want: http.StatusNotFound})
+	v.call(t, liveCall{base: up, method: "DELETE", path: "/v1/admin/counters?rule=per-ip", want: http.StatusUnauthorized})
+	v.call(t, liveCall{base: down, method: "DELETE", path: "/v1/admin/counters?rule=closed", token: "tok", want: http.StatusServiceUnavailable})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/admin/reload", token: "tok", want: http.StatusOK})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/admin/reload", want: http.StatusUnauthorized})
 	if err := os.WriteFile(s.rules, []byte("rules:\n  - name: broken\n    plugin: no-such-plugin\n"), 0o600); err != nil {

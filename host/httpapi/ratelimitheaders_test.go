@@ -106,7 +106,8 @@ func checkRateLimitFields(t *testing.T, h http.Header, res *host.Result) {
 	t.Helper()
 	var reporting, denying []string // rules each field must list, in order
 	for _, rr := range res.Results {
-		if rr.Shadow || rr.Limit <= 0 {
+		// A limit: a positive one, or a block (limit 0) over a window.
+		if rr.Shadow || rr.Limit < 0 || (rr.Limit == 0 && rr.Window <= 0) {
 			continue
 		}
 		reporting = append(reporting, rr.Rule)

@@ -6,6 +6,15 @@
   const POLL_MS = 1000;      // stats poll interval
   const POINTS = 60;         // samples kept per chart
   const REFRESH_EVERY = 5;   // rules and plugins are fetched every 5th poll, and after a reload
+  // The subjects nearest their limit come from each rule's first page of
+  // GET /v1/admin/counters: a bounded scan and a peek per subject, so they
+  // are read rule after rule, for at most COUNTER_RULES rules, once every
+  // COUNTERS_EVERY polls (and after the rules change), never while the
+  // last round is still running, and never in the way of the stats poll.
+  const COUNTERS_EVERY = 10;
+  const COUNTER_RULES = 20;
+  const COUNTER_PAGE = 100;  // subjects asked of each rule's first page
+  const COUNTERS_SHOWN = 3;  // subjects shown per rule
   const TOKEN_KEY = 'ruled-admin-token';
   const SVG = 'http://www.w3.org/2000/svg';
   const W = 240, H = 44;
@@ -29,6 +38,11 @@
     plugins: [],          // from /v1/admin/plugins
     prev: null,           // previous stats
     series: new Map(),    // rule -> {allowed: [], denied: []}
+    counters: null,       // rule -> {counters: [], error: ''}, from /v1/admin/counters
+    countersAt: -1,       // the poll of the last counters round
+    countersRules: '',    // the rule names of the last counters round
+    countersBusy: false,
+    counterRounds: 0,     // counters rounds completed
     timer: 0,
   };
 
@@ -215,6 +229,75 @@
     tbody.replaceChildren(...rows);
   }
 
+  function fmtDuration(ms) {
+    const s = Math.ceil(ms / 1000);
+    if (s < 120) return s + ' s';
+    if (s < 7200) return Math.round(s / 60) + ' min';
+    return Math.round(s / 3600) + ' h';
+  }
+
+  // refreshCounters reads the first page of counters of each rule, one
+  // rule after the other, when a round is due; the stats poll goes on.
+  async function refreshCounters() {
+    const names = state.rules.filter((r) => r.plugin).slice(0, COUNTER_RULES).map((r) => r.name);
+    const key = names.join('\n');
+    const due = state.countersAt < 0 || state.polls - state.countersAt >= COUNTERS_EVERY || key !== state.countersRules;
+    if (state.countersBusy || !due) return;
+    state.countersBusy = true;
+    state.countersAt = state.polls;
+    state.countersRules = key;
+    const next = new Map();
+    try {
+      for (const name of names) {
+        try {
+          const page = await get('../v1/admin/counters?rule=' + encodeURIComponent(name) + '&limit=' + COUNTER_PAGE);
+          const shown = (page.counters || []).filter((c) => c.used > 0 || c.limited || c.error).slice(0, COUNTERS_SHOWN);
+          next.set(name, { counters: shown, error: '' });
+        } catch (err) {
+          next.set(name, { counters: [], error: err.message });
+        }
+      }
+      state.counters = next;
+      state.counterRounds++;
+      renderCounters();
+      document.body.setAttribute('data-counter-rounds', state.counterRounds);
+    } finally {
+      state.countersBusy = false;
+    }
+  }
+
+  function renderCounters() {
+    if (!state.counters) return;
+    const tbody = document.querySelector('#counters tbody');
+    const rows = [];
+    for (const r of state.rules) {
+      const rc = state.counters.get(r.name);
+      if (!rc) continue;
+      if (rc.error) {
+        rows.push(el('tr', { 'data-counter-rule': r.name },
+          el('td', { class: 'name' }, r.name),
+          el('td', { colspan: 5, class: 'muted' }, 'cannot list: ' + rc.error)));
+        continue;
+      }
+      rc.counters.forEach((c, i) => {
+        const subject = el('td', { title: c.error || (c.hashed ? 'a subject too long for keys: its hash' : '') }, c.subject);
+        if (c.limited) subject.append(' ', el('span', { class: 'pill bad' }, 'limited'));
+        rows.push(el('tr', {
+          'data-counter-rule': r.name, 'data-subject': c.subject, 'data-used': c.used,
+          'data-limit': c.limit, 'data-limited': c.limited ? 'true' : 'false',
+        },
+        el('td', { class: 'name' }, i === 0 ? r.name : ''),
+        subject,
+        el('td', { class: 'num' }, c.error ? '?' : c.used),
+        el('td', { class: 'num' }, c.error ? '?' : c.limit),
+        el('td', { class: 'num' }, c.error ? '?' : c.remaining),
+        el('td', { class: 'num' }, c.error ? '' : fmtDuration(c.reset_ms))));
+      });
+    }
+    if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: 6, class: 'muted' }, 'no subject has used any of its limit')));
+    tbody.replaceChildren(...rows);
+  }
+
   function renderReload(stats) {
     const st = state.status;
     if (!st) return;
@@ -260,6 +343,8 @@
       renderNodes(stats);
       renderReload(stats);
       document.body.setAttribute('data-polls', state.polls);
+      renderCounters();
+      refreshCounters().catch(() => {}); // not awaited: a slow listing never delays the stats
     } catch (err) {
       if (err.status === 401) {
         showMessage(token ? 'The admin token was refused.' : 'This page needs the admin token (ruled serve --admin-token).', 'error');

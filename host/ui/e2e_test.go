@@ -159,6 +159,24 @@ func charts(dom string) map[string]map[string]string {
 	return out
 }
 
+var counterRowRE = regexp.MustCompile(`<tr data-counter-rule="[^>]*>`)
+
+// counterRows returns the attributes of the rows of subjects nearest their
+// limit, by rule.
+func counterRows(dom string) map[string][]map[string]string {
+	out := map[string][]map[string]string{}
+	for _, tag := range counterRowRE.FindAllString(dom, -1) {
+		attrs := map[string]string{}
+		for _, m := range attrRE.FindAllStringSubmatch(tag, -1) {
+			attrs[m[1]] = m[2]
+		}
+		if attrs["data-subject"] != "" {
+			out[attrs["data-counter-rule"]] = append(out[attrs["data-counter-rule"]], attrs)
+		}
+	}
+	return out
+}
+
 func polls(t *testing.T, dom string) int {
 	t.Helper()
 	m := regexp.MustCompile(`<body data-polls="(\d+)"`).FindStringSubmatch(dom)
@@ -220,14 +238,29 @@ func TestStatusPageInChromium(t *testing.T) {
 	if q := c["quiet"]; q["data-allowed-total"] != "0" || q["data-peak-rate"] != "0.00" {
 		t.Fatalf("quiet chart: %v", q)
 	}
-	if strings.Contains(after, "198.51.100.7") || strings.Contains(after, "alice") {
-		t.Fatal("the page shows a subject")
-	}
 	// The Redis master, up, with the calls of the traffic (12 decisions,
 	// less the two denials the deny cache answered) and no error.
 	node := regexp.MustCompile(`<tr data-node="` + regexp.QuoteMeta(p.redis) + `">(.*?)</tr>`).FindStringSubmatch(after)
 	if node == nil || !strings.Contains(node[1], ">up<") || !strings.Contains(node[1], `<td class="num">10</td><td class="num">0</td>`) {
 		t.Fatalf("the page's Redis node row: %q, want %s up with 10 calls and 0 errors", node, p.redis)
+	}
+
+	// A page opened after the traffic shows the subjects nearest their
+	// limit: its first poll reads each rule's first page of counters.
+	dom := browse(t, url, 4*time.Second)
+	if !regexp.MustCompile(`<body [^>]*data-counter-rounds="[1-9]`).MatchString(dom) {
+		t.Fatalf("no round of counters in 4 s of virtual time:\n%s", dom)
+	}
+	rows := counterRows(dom)
+	if r := rows["login-per-ip"]; len(r) != 1 || r[0]["data-subject"] != "198.51.100.7" || r[0]["data-used"] != "5" ||
+		r[0]["data-limit"] != "5" || r[0]["data-limited"] != "true" {
+		t.Fatalf("login-per-ip's subjects on the page: %v\n%s", r, regexp.MustCompile(`(?s)<table id="counters">.*?</table>`).FindString(dom))
+	}
+	if r := rows["api-per-user"]; len(r) != 1 || r[0]["data-subject"] != "alice" || r[0]["data-used"] != "4" || r[0]["data-limited"] != "false" {
+		t.Fatalf("api-per-user's subjects on the page: %v", r)
+	}
+	if r := rows["quiet"]; len(r) != 0 {
+		t.Fatalf("quiet has no subject, the page shows %v", r)
 	}
 
 	// A failed reload is listed with its position.

@@ -3,9 +3,12 @@
 //
 // The page polls the read-only admin endpoints (GET /v1/admin/stats, rules
 // and plugins) every second and draws each rule's allowed and denied rates,
-// computed in the browser from the counters' differences. It sends the
-// admin token as "Authorization: Bearer"; it reads the token from the URL
-// fragment (/ui/#token=...) or a prompt and keeps it in sessionStorage.
+// computed in the browser from the counters' differences. Every 10 s it
+// reads the first page of GET /v1/admin/counters of each rule (20 at most,
+// one after the other) and shows the few subjects nearest to or over their
+// limit. It sends the admin token as "Authorization: Bearer"; it reads the
+// token from the URL fragment (/ui/#token=...) or a prompt and keeps it in
+// sessionStorage.
 package ui
 
 import (

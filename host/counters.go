@@ -1,0 +1,194 @@
+package host
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// DefaultCounterPage is the number of subjects a page of Counters aims
+// for when asked for none.
+const DefaultCounterPage = 100
+
+// MaxCounterPage is the most subjects a page of Counters aims for.
+const MaxCounterPage = 1000
+
+// counterPeeks is how many subjects of a page are peeked at at once.
+const counterPeeks = 8
+
+// ErrBadCursor is the error of Counters for a cursor it did not return.
+var ErrBadCursor = capability.ErrBadCursor
+
+// Counter is what a rule's plugin holds for one subject, read with a peek
+// (a request of 0 hits, which consumes nothing).
+type Counter struct {
+	// Subject is the subject as the rule computed it; when Hashed is set,
+	// the form keys hold it in ("#" and a hash: the subject was too long).
+	Subject string
+	Hashed  bool
+	// Limit and Remaining are the peek's; Used is Limit - Remaining.
+	Limit, Remaining, Used int64
+	// Reset is the time until the quota is fully available again.
+	Reset time.Duration
+	// Limited is set when a request of one unit would be denied now.
+	Limited bool
+	// Err is why the subject could not be read: its limit is unknown (0).
+	Err error
+}
+
+// CounterPage is one page of a rule's counters.
+type CounterPage struct {
+	Rule string
+	// Counters are sorted with the subjects nearest to or over their
+	// limit first (limited, then by the share of the limit used), those
+	// that could not be read last.
+	Counters []Counter
+	// Next is the cursor of the next page; "" after the last page.
+	Next string
+}
+
+// Counters returns one page of the subjects a rule's plugin holds state
+// for, each read with a peek: cursor is "" for the first page, else a
+// page's Next; limit is how many subjects the page aims for
+// (DefaultCounterPage when 0 or less, at most MaxCounterPage). A page's
+// cost is bounded (capability.ScanSubjects): it may hold fewer subjects
+// than limit, none even, and still have a Next.
+//
+// A rule with a dynamic config is peeked at with the config of an empty
+// request; when that cannot be evaluated, every subject is listed with the
+// error and an unknown limit. A subject that cannot be read is listed with
+// its error; only a failed scan fails the page. An unknown rule is
+// ErrNoRule; a cursor Counters did not return is ErrBadCursor.
+func (e *Engine) Counters(ctx context.Context, rule, cursor string, limit int) (CounterPage, error) {
+	g := e.gen.Load()
+	r, ok := g.set.Rule(rule)
+	if !ok {
+		return CounterPage{}, fmt.Errorf("%w %q", ErrNoRule, rule)
+	}
+	page := CounterPage{Rule: rule, Counters: []Counter{}}
+	p := g.plugins[r.Plugin]
+	if r.Exempt || p == nil {
+		return page, nil // an exempt rule stores nothing
+	}
+	if limit <= 0 {
+		limit = DefaultCounterPage
+	}
+	limit = min(limit, MaxCounterPage)
+	found, err := p.reg.ScanSubjects(ctx, rule, cursor, limit)
+	if err != nil {
+		return CounterPage{}, fmt.Errorf("host: counters of rule %q: %w", rule, err)
+	}
+	page.Next = found.Next
+	page.Counters = make([]Counter, len(found.Subjects))
+	cfg, cfgErr := g.set.ConfigFor(r, nil)
+	if cfgErr != nil {
+		cfgErr = fmt.Errorf("the config of an empty request: %w", cfgErr)
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(counterPeeks, len(found.Subjects)) {
+		wg.Go(func() {
+			for i := range next {
+				s := found.Subjects[i]
+				c := &page.Counters[i]
+				*c = Counter{Subject: s.Name, Hashed: s.Hashed, Err: cfgErr}
+				if cfgErr == nil {
+					e.peekCounter(ctx, p, rule, s.Key, cfg, c)
+				}
+			}
+		})
+	}
+	for i := range found.Subjects {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	slices.SortStableFunc(page.Counters, compareCounters)
+	return page, nil
+}
+
+// peekCounter reads one subject's counter with a peek, bounded by the
+// engine's decision time-out, and fills c.
+func (e *Engine) peekCounter(ctx context.Context, p *plugin, rule, key string, cfg sdk.Config, c *Counter) {
+	d, err := safePeek(ctx, p, rule, key, cfg, time.Now().Add(e.timeout), sdk.Request{Subject: c.Subject, Hits: 0})
+	if err != nil {
+		c.Err = err
+		return
+	}
+	c.Limit, c.Remaining, c.Reset = d.Limit, d.Remaining, d.Reset
+	c.Used = max(d.Limit-d.Remaining, 0)
+	c.Limited = !d.Allowed
+}
+
+// safePeek runs a plugin's Decide for the subject keys hold as key, and
+// turns a panic into an error.
+func safePeek(ctx context.Context, p *plugin, rule, key string, cfg sdk.Config, deadline time.Time, r sdk.Request) (d sdk.Decision, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("plugin %s panicked: %v", p.alg.Info().Name, v)
+		}
+	}()
+	return p.alg.Decide(ctx, p.reg.HostForKey(rule, key, deadline), cfg, r)
+}
+
+// compareCounters orders counters with the subjects nearest to or over
+// their limit first: those a request would be denied for now, then by the
+// share of their limit used, then the fewest remaining; the counters that
+// could not be read (or report no limit) last; ties by subject.
+func compareCounters(a, b Counter) int {
+	aKnown, bKnown := a.Err == nil && a.Limit > 0, b.Err == nil && b.Limit > 0
+	if aKnown != bKnown {
+		if aKnown {
+			return -1
+		}
+		return 1
+	}
+	if aKnown {
+		if a.Limited != b.Limited {
+			if a.Limited {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(float64(b.Used)/float64(b.Limit), float64(a.Used)/float64(a.Limit)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Remaining, b.Remaining); c != 0 {
+			return c
+		}
+	}
+	return strings.Compare(a.Subject, b.Subject)
+}
+
+// ClearCounters deletes every key a rule's plugin holds for the rule, for
+// all subjects, on every Redis master, and returns how many keys it
+// deleted: every subject starts afresh. It scans the whole keyspace
+// (capability.Plugin.Clear). Keys the rule's name holds under another
+// plugin (the rule's plugin before a reload) are left to expire. This
+// instance's deny cache is cleared too; another instance's may deny a
+// subject it cached as denied until that denial's retry-after. An unknown
+// rule is ErrNoRule.
+func (e *Engine) ClearCounters(ctx context.Context, rule string) (int64, error) {
+	g := e.gen.Load()
+	r, ok := g.set.Rule(rule)
+	if !ok {
+		return 0, fmt.Errorf("%w %q", ErrNoRule, rule)
+	}
+	p := g.plugins[r.Plugin]
+	if r.Exempt || p == nil {
+		return 0, nil // an exempt rule stores nothing
+	}
+	n, err := p.reg.Clear(ctx, rule)
+	e.deny.Clear()
+	if err != nil {
+		return n, fmt.Errorf("host: clear the counters of rule %q: %w", rule, err)
+	}
+	return n, nil
+}
