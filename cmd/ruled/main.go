@@ -4,6 +4,7 @@
 //	ruled check   [--start-plugins] [--format text|json] PATH
 //	ruled eval    --rules PATH --input FILE.json [--format text|json]
 //	ruled plugin  build DIR -o FILE.wasm | inspect FILE.wasm
+//	ruled import  envoy PATH -o DIR [--force] [--format text|json]
 //	ruled version
 //
 // Every flag also reads an environment variable: --redis-timeout is
@@ -30,6 +31,7 @@ Usage:
   ruled eval --rules PATH --input F [--format F]   trace which rules match a /v1/check body (no Redis)
   ruled plugin build DIR -o F.wasm                 build a Go plugin package as a Wasm module
   ruled plugin inspect F.wasm                      print a module's name, version, scripts, commands and sha256
+  ruled import envoy PATH -o DIR [--force]         translate envoy ratelimit configs into rule files (ruled import -h)
   ruled version                                    print the version
 
   F is text (the default) or json.
@@ -58,6 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return evalCmd(args[1:], stdout, stderr)
 	case "plugin":
 		return pluginCmd(ctx, args[1:], stdout, stderr)
+	case "import":
+		return importCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "ruled %s\n", version)
 		return 0

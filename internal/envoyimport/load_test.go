@@ -1,0 +1,40 @@
+package envoyimport
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/rules"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// catalog resolves the built-in plugins, as `ruled check` does.
+type catalog map[string]sdk.Algorithm
+
+// Lookup implements rules.Catalog.
+func (c catalog) Lookup(name string) (sdk.Algorithm, bool) {
+	alg, ok := c[name]
+	return alg, ok
+}
+
+func builtinCatalog() catalog {
+	c := catalog{}
+	for _, alg := range builtin.All() {
+		c[alg.Info().Name] = alg
+	}
+	return c
+}
+
+// TestGeneratedRulesLoad loads every golden rule directory with ruled's
+// rule loader, as `ruled check` and `ruled serve --rules` do.
+func TestGeneratedRulesLoad(t *testing.T) {
+	root := filepath.Join("testdata", "translate")
+	for _, c := range caseDirs(t, root) {
+		t.Run(c, func(t *testing.T) {
+			if _, err := rules.Load(filepath.Join(root, c, "ruled"), builtinCatalog()); err != nil {
+				t.Errorf("the generated rules do not load:\n%v", err)
+			}
+		})
+	}
+}
