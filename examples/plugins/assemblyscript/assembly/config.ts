@@ -855,9 +855,9 @@ export function configure(p: usize, end: usize, out: Buf): Config | null {
   }
   if (problems > 0) return null;
 
-  if (limit < 1) {
+  if (limit < 0) {
     const m = problem(out, "limit");
-    out.ascii("must be at least 1, got ");
+    out.ascii("must be at least 0 (0 blocks the subject), got ");
     out.int(limit);
     out.endNested(m);
   }
