@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"math"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +122,145 @@ func TestEnvoyRLSContract(t *testing.T) {
 		if _, err := c.call(req); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("%v: %v, want InvalidArgument", req, err)
 		}
+	}
+}
+
+// envoyREADMEConfigs are envoy ratelimit configs written after the
+// examples of its README, one domain a file, as a team moving over keeps
+// them in a directory. Windows are a day or more, so that no window ends
+// between two calls of the test.
+var envoyREADMEConfigs = map[string]string{
+	"messaging.yaml": `domain: messaging
+descriptors:
+  # marketing messages to one number: 5 a day
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+  # any message to one number: 100 a day
+  - key: to_number
+    rate_limit: {unit: day, requests_per_unit: 100}
+`,
+	"edge.yaml": `domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: remote_address
+    value: 50.0.0.6
+    rate_limit: {unit: day, requests_per_unit: 0}
+`,
+	"internal.yaml": `domain: internal
+descriptors:
+  - key: ldap
+    rate_limit: {unlimited: true}
+  - key: azure
+    rate_limit: {unit: day, requests_per_unit: 2}
+    shadow_mode: true
+  - key: key1
+    rate_limit: {name: key1_limit, unit: day, requests_per_unit: 1}
+  - key: key2
+    rate_limit:
+      unit: day
+      requests_per_unit: 10
+      replaces: [{name: key1_limit}]
+`,
+}
+
+// TestImportedEnvoyConfigServes is what a team moving over does: ruled
+// import envoy on a config directory, then ruled serve on the result, in
+// its default configuration (managed Redis, ACL isolation), asked by a
+// real gRPC client. The answers are those envoy ratelimit documents for
+// the same configs and calls.
+func TestImportedEnvoyConfigServes(t *testing.T) {
+	src := t.TempDir()
+	for name, text := range envoyREADMEConfigs {
+		writeFile(t, src, name, text)
+	}
+	out := filepath.Join(t.TempDir(), "rules")
+	if b, err := exec.Command(buildRuled(t), "import", "envoy", src, "-o", out).CombinedOutput(); err != nil {
+		t.Fatalf("ruled import envoy: %v\n%s", err, b)
+	}
+	if b, err := exec.Command(buildRuled(t), "check", out).CombinedOutput(); err != nil {
+		t.Fatalf("ruled check on the imported rules: %v\n%s", err, b)
+	}
+	addr := freePort(t)
+	d := spawnDaemonAt(t, out, "--grpc-listen", addr)
+	d.waitReady(20 * time.Second)
+	c := dialRLS(t, addr)
+	call := func(domain string, ds ...*rlcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := c.call(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
+		if err != nil {
+			t.Fatalf("%s: %v", domain, err)
+		}
+		return resp
+	}
+	limitOf := func(st *rlsv3.RateLimitResponse_DescriptorStatus) (uint32, rlsv3.RateLimitResponse_RateLimit_Unit) {
+		return st.GetCurrentLimit().GetRequestsPerUnit(), st.GetCurrentLimit().GetUnit()
+	}
+
+	// messaging: Envoy sends both descriptors; each is limited by its own
+	// entry, the nested one (5 a day) and the value-less one (100 a day).
+	for i := range 5 {
+		resp := call("messaging", entries("message_type", "marketing", "to_number", "2061111111"), entries("to_number", "2061111111"))
+		if n, u := limitOf(resp.Statuses[0]); resp.OverallCode != rlsv3.RateLimitResponse_OK || n != 5 || u != rlsv3.RateLimitResponse_RateLimit_DAY ||
+			resp.Statuses[0].LimitRemaining != uint32(4-i) {
+			t.Fatalf("marketing call %d: %v", i+1, resp)
+		}
+		if n, u := limitOf(resp.Statuses[1]); n != 100 || u != rlsv3.RateLimitResponse_RateLimit_DAY || resp.Statuses[1].LimitRemaining != uint32(99-i) {
+			t.Fatalf("marketing call %d, the number's limit: %v", i+1, resp.Statuses[1])
+		}
+	}
+	resp := call("messaging", entries("message_type", "marketing", "to_number", "2061111111"), entries("to_number", "2061111111"))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("6th marketing message: %v, want OVER_LIMIT", resp)
+	}
+	// Another number has its own counters (a value-less key counts per
+	// value); a message that is not marketing only meets the 100.
+	if resp := call("messaging", entries("message_type", "marketing", "to_number", "2062222222")); resp.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("another number: %v", resp)
+	}
+	if resp := call("messaging", entries("message_type", "transactional", "to_number", "2061111111")); resp.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("a transactional message matched %v; envoy has no limit for it", resp.Statuses[0])
+	}
+
+	// edge_proxy_per_ip: the specific value wins over the value-less key;
+	// requests_per_unit 0 blocks.
+	if n, _ := limitOf(call("edge_proxy_per_ip", entries("remote_address", "50.0.0.5")).Statuses[0]); n != 1 {
+		t.Fatalf("50.0.0.5: limit %d, want its own 1", n)
+	}
+	if resp := call("edge_proxy_per_ip", entries("remote_address", "50.0.0.5")); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("50.0.0.5 twice: %v", resp)
+	}
+	if n, _ := limitOf(call("edge_proxy_per_ip", entries("remote_address", "192.0.2.1")).Statuses[0]); n != 3 {
+		t.Fatalf("any other address: limit %d, want 3", n)
+	}
+	if resp := call("edge_proxy_per_ip", entries("remote_address", "50.0.0.6")); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 0 {
+		t.Fatalf("blocked address: %v", resp)
+	}
+
+	// internal: unlimited, shadow, replaces.
+	if st := call("internal", entries("ldap", "x")).Statuses[0]; st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit != nil || st.LimitRemaining != math.MaxUint32 {
+		t.Fatalf("unlimited: %v", st)
+	}
+	for i := range 3 {
+		st := call("internal", entries("azure", "a")).Statuses[0]
+		if st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.LimitRemaining != uint32(max(1-i, 0)) {
+			t.Fatalf("shadow call %d: %v, want OK with the limit reported", i+1, st)
+		}
+	}
+	for range 3 {
+		resp := call("internal", entries("key1", "k"), entries("key2", "k"))
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil || resp.Statuses[1].CurrentLimit.GetRequestsPerUnit() != 10 {
+			t.Fatalf("key1 replaced by key2: %v", resp)
+		}
+	}
+	call("internal", entries("key1", "k"))
+	if resp := call("internal", entries("key1", "k")); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("key1 alone, twice: %v, want OVER_LIMIT (its limit applies when not replaced)", resp)
 	}
 }

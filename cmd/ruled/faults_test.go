@@ -105,9 +105,13 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 // port plus args, and returns once /livez answers.
 func spawnDaemon(t *testing.T, rulesText string, args ...string) *daemon {
 	t.Helper()
+	return spawnDaemonAt(t, writeFile(t, t.TempDir(), "rules.yaml", rulesText), args...)
+}
+
+// spawnDaemonAt is spawnDaemon serving the rule file or directory at rules.
+func spawnDaemonAt(t *testing.T, rules string, args ...string) *daemon {
+	t.Helper()
 	bin := buildRuled(t)
-	dir := t.TempDir()
-	rules := writeFile(t, dir, "rules.yaml", rulesText)
 	// A short directory: the managed socket path must fit in sun_path.
 	dataDir, err := os.MkdirTemp("", "rf-")
 	if err != nil {
