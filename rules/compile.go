@@ -16,6 +16,8 @@ import (
 	"github.com/expr-lang/expr/vm"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ruled-dev/ruled/internal/yamlnode"
+
 	"github.com/ruled-dev/ruled/sdk"
 )
 
@@ -353,7 +355,7 @@ func (c *compiler) config(rr *rawRule) (map[string]any, []*dynSlot, bool) {
 	p := &parser{Files: &Files{}, file: rr.file}
 	var conv func(n *yaml.Node, path string) any
 	conv = func(n *yaml.Node, path string) any {
-		n = resolve(n)
+		n = yamlnode.Resolve(n)
 		switch n.Kind {
 		case yaml.MappingNode:
 			m := map[string]any{}
@@ -424,14 +426,14 @@ func dynamicKindOK(t reflect.Type) bool {
 // written returns a config node as written in the file, with dynamic
 // values as their "=expression" strings, for Rule.RawConfig.
 func written(n *yaml.Node) any {
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	switch n.Kind {
 	case yaml.MappingNode:
 		m := map[string]any{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := resolve(n.Content[i])
+			k := yamlnode.Resolve(n.Content[i])
 			if k.ShortTag() == "!!merge" {
-				for _, src := range mergeSources(resolve(n.Content[i+1])) {
+				for _, src := range yamlnode.MergeSources(yamlnode.Resolve(n.Content[i+1])) {
 					for key, v := range written(src).(map[string]any) {
 						if _, set := m[key]; !set {
 							m[key] = v
@@ -543,13 +545,13 @@ func leafMessages(err error) []string {
 // locate finds the key and value nodes of a config path such as "window"
 // or "also[1].limit"; it returns the deepest it can find.
 func locate(n *yaml.Node, path string) (key, val *yaml.Node) {
-	cur := resolve(n)
+	cur := yamlnode.Resolve(n)
 	for part := range strings.SplitSeq(path, ".") {
 		name, idx, _ := strings.Cut(part, "[")
 		var found bool
 		for i := 0; cur != nil && cur.Kind == yaml.MappingNode && i+1 < len(cur.Content); i += 2 {
-			if resolve(cur.Content[i]).Value == name {
-				key, val, found = cur.Content[i], resolve(cur.Content[i+1]), true
+			if yamlnode.Resolve(cur.Content[i]).Value == name {
+				key, val, found = cur.Content[i], yamlnode.Resolve(cur.Content[i+1]), true
 				break
 			}
 		}
@@ -565,7 +567,7 @@ func locate(n *yaml.Node, path string) (key, val *yaml.Node) {
 			if err != nil || cur.Kind != yaml.SequenceNode || i >= len(cur.Content) {
 				return key, val
 			}
-			val = resolve(cur.Content[i])
+			val = yamlnode.Resolve(cur.Content[i])
 			cur = val
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ruled-dev/ruled/internal/yamlnode"
 )
 
 // Files is the parsed, not yet compiled, content of one or more rule files.
@@ -154,8 +156,8 @@ func (f *Files) parseFile(name string) {
 	if len(doc.Content) == 0 {
 		return
 	}
-	root := resolve(doc.Content[0])
-	if isNull(root) {
+	root := yamlnode.Resolve(doc.Content[0])
+	if yamlnode.IsNull(root) {
 		return
 	}
 	if root.Kind != yaml.MappingNode {
@@ -240,66 +242,23 @@ type pair struct{ key, val *yaml.Node }
 // pairs returns a mapping's key/value pairs with aliases resolved and merge
 // keys (<<) expanded, reporting duplicate and non-string keys.
 func (p *parser) pairs(n *yaml.Node, rule string) []pair {
-	var out, merged []pair
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-			for _, m := range mergeSources(v) {
-				merged = append(merged, p.pairs(m, rule)...)
-			}
-			continue
-		}
-		if k.Kind != yaml.ScalarNode {
-			p.errorf(k, rule, CodeBadValue, "keys must be strings")
-			continue
-		}
-		if seen[k.Value] {
+	kvs := yamlnode.Pairs(n, func(k *yaml.Node, duplicate bool) {
+		if duplicate {
 			p.errorf(k, rule, CodeDuplicateField, "field %q given twice", k.Value)
-			continue
+			return
 		}
-		seen[k.Value] = true
-		out = append(out, pair{k, v})
-	}
-	for _, m := range merged {
-		if !seen[m.key.Value] {
-			seen[m.key.Value] = true
-			out = append(out, m)
-		}
+		p.errorf(k, rule, CodeBadValue, "keys must be strings")
+	})
+	out := make([]pair, len(kvs))
+	for i, kv := range kvs {
+		out[i] = pair{kv.Key, kv.Val}
 	}
 	return out
 }
 
-func mergeSources(v *yaml.Node) []*yaml.Node {
-	switch v.Kind {
-	case yaml.MappingNode:
-		return []*yaml.Node{v}
-	case yaml.SequenceNode:
-		var out []*yaml.Node
-		for _, c := range v.Content {
-			if c = resolve(c); c.Kind == yaml.MappingNode {
-				out = append(out, c)
-			}
-		}
-		return out
-	}
-	return nil
-}
-
-func resolve(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	return n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
-}
-
 // str returns a scalar's value, reporting anything else.
 func (p *parser) str(n *yaml.Node, rule, field string) (string, bool) {
-	if n.Kind != yaml.ScalarNode || isNull(n) {
+	if n.Kind != yaml.ScalarNode || yamlnode.IsNull(n) {
 		p.errorf(n, rule, CodeBadValue, "%s: want a string", field)
 		return "", false
 	}
@@ -319,7 +278,7 @@ func (p *parser) boolean(n *yaml.Node, rule, field string) bool {
 // ruleList reads a list of rule names (checked against the rule set when
 // it is compiled).
 func (p *parser) ruleList(n *yaml.Node, rule, field string) []scalar {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
@@ -328,7 +287,7 @@ func (p *parser) ruleList(n *yaml.Node, rule, field string) []scalar {
 	}
 	out := make([]scalar, 0, len(n.Content))
 	for _, item := range n.Content {
-		item = resolve(item)
+		item = yamlnode.Resolve(item)
 		if name, ok := p.str(item, rule, field); ok {
 			if !validName(name) {
 				p.errorf(item, rule, CodeBadName, "%s: %q is not a rule name", field, name)
@@ -373,7 +332,7 @@ var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_err
 	"exempt", "replaces", "detailed_metric"}
 
 func (p *parser) parseRules(n *yaml.Node) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
@@ -381,7 +340,7 @@ func (p *parser) parseRules(n *yaml.Node) {
 		return
 	}
 	for _, item := range n.Content {
-		item = resolve(item)
+		item = yamlnode.Resolve(item)
 		if item.Kind != yaml.MappingNode {
 			p.errorf(item, "", CodeBadValue, "rules: each rule must be a mapping")
 			continue
@@ -397,7 +356,7 @@ func (p *parser) parseRule(n *yaml.Node) {
 	for _, kv := range kvs {
 		if kv.key.Value == "name" {
 			nameNode = kv.val
-			if kv.val.Kind == yaml.ScalarNode && !isNull(kv.val) {
+			if kv.val.Kind == yaml.ScalarNode && !yamlnode.IsNull(kv.val) {
 				r.name = kv.val.Value
 			}
 		}
@@ -411,13 +370,13 @@ func (p *parser) parseRule(n *yaml.Node) {
 					"name must be 1 to 63 lower-case letters, digits, '-' or '_', starting with a letter or digit")
 			}
 		case "when":
-			if !isNull(v) {
+			if !yamlnode.IsNull(v) {
 				if _, ok := p.str(v, r.name, "when"); ok {
 					r.when = v
 				}
 			}
 		case "subject":
-			if !isNull(v) {
+			if !yamlnode.IsNull(v) {
 				if _, ok := p.str(v, r.name, "subject"); ok {
 					r.subject = v
 				}
@@ -428,7 +387,7 @@ func (p *parser) parseRule(n *yaml.Node) {
 			}
 		case "config":
 			switch {
-			case isNull(v):
+			case yamlnode.IsNull(v):
 			case v.Kind == yaml.MappingNode:
 				r.config = v
 			default:
@@ -462,7 +421,7 @@ func (p *parser) parseRule(n *yaml.Node) {
 			p.unknownField(k, r.name, ruleFields...)
 		}
 	}
-	if nameNode == nil || isNull(nameNode) {
+	if nameNode == nil || yamlnode.IsNull(nameNode) {
 		p.errorf(n, "", CodeMissingField, "rule has no name")
 	} else if r.name != "" {
 		if first, dup := p.ruleNames[r.name]; dup {
@@ -498,7 +457,7 @@ func (p *parser) parseRule(n *yaml.Node) {
 var pluginFields = []string{"wasm", "process", "sha256"}
 
 func (p *parser) parsePlugins(n *yaml.Node) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return
 	}
 	if n.Kind != yaml.MappingNode {

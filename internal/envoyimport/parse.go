@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ruled-dev/ruled/internal/yamlnode"
 )
 
 // domainConfig is one envoy ratelimit config file: a domain and its
@@ -123,9 +125,9 @@ func parseConfig(name string, content []byte) (*domainConfig, ErrorList) {
 	cfg := &domainConfig{file: name}
 	var root *yaml.Node
 	if len(doc.Content) > 0 {
-		root = resolve(doc.Content[0])
+		root = yamlnode.Resolve(doc.Content[0])
 	}
-	if root == nil || isNull(root) || root.Kind != yaml.MappingNode {
+	if root == nil || yamlnode.IsNull(root) || root.Kind != yaml.MappingNode {
 		p.errorf(root, CodeBadValue, "want a mapping with the keys domain and descriptors")
 		return nil, p.errs
 	}
@@ -158,7 +160,7 @@ func parseConfig(name string, content []byte) (*domainConfig, ErrorList) {
 // descriptors parses a descriptors list, reporting siblings envoy would
 // file under one composite key.
 func (p *parser) descriptors(n *yaml.Node) []*descriptor {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
@@ -168,7 +170,7 @@ func (p *parser) descriptors(n *yaml.Node) []*descriptor {
 	var out []*descriptor
 	seen := map[string]*descriptor{}
 	for _, item := range n.Content {
-		item = resolve(item)
+		item = yamlnode.Resolve(item)
 		if item.Kind != yaml.MappingNode {
 			p.errorf(item, CodeBadValue, "descriptors: each descriptor must be a mapping")
 			continue
@@ -206,7 +208,7 @@ func (p *parser) descriptor(n *yaml.Node) *descriptor {
 			d.valueNode = v
 			d.value, _ = p.str(v, "value")
 		case "rate_limit":
-			if !isNull(v) {
+			if !yamlnode.IsNull(v) {
 				d.limit = p.rateLimit(v)
 			}
 		case "descriptors":
@@ -290,7 +292,7 @@ func (p *parser) rateLimit(n *yaml.Node) *rateLimit {
 }
 
 func (p *parser) replaces(n *yaml.Node, rl *rateLimit) []replaceRef {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
@@ -299,7 +301,7 @@ func (p *parser) replaces(n *yaml.Node, rl *rateLimit) []replaceRef {
 	}
 	var out []replaceRef
 	for _, item := range n.Content {
-		item = resolve(item)
+		item = yamlnode.Resolve(item)
 		if item.Kind != yaml.MappingNode {
 			p.errorf(item, CodeBadValue, "replaces: each entry must be a mapping {name: ...}")
 			continue
@@ -375,67 +377,24 @@ type pair struct{ key, val *yaml.Node }
 // keys (<<) expanded, as envoy's YAML library reads them, reporting
 // duplicate and non-string keys.
 func (p *parser) pairs(n *yaml.Node) []pair {
-	var out, merged []pair
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-			for _, m := range mergeSources(v) {
-				merged = append(merged, p.pairs(m)...)
-			}
-			continue
-		}
-		if k.Kind != yaml.ScalarNode || isNull(k) {
-			p.errorf(k, CodeBadValue, "keys must be strings")
-			continue
-		}
-		if seen[k.Value] {
+	kvs := yamlnode.Pairs(n, func(k *yaml.Node, duplicate bool) {
+		if duplicate {
 			p.errorf(k, CodeDuplicateField, "field %q given twice", k.Value)
-			continue
+			return
 		}
-		seen[k.Value] = true
-		out = append(out, pair{k, v})
-	}
-	for _, kv := range merged { // explicit keys win over merged ones
-		if !seen[kv.key.Value] {
-			seen[kv.key.Value] = true
-			out = append(out, kv)
-		}
+		p.errorf(k, CodeBadValue, "keys must be strings")
+	})
+	out := make([]pair, len(kvs))
+	for i, kv := range kvs {
+		out[i] = pair{kv.Key, kv.Val}
 	}
 	return out
-}
-
-func mergeSources(v *yaml.Node) []*yaml.Node {
-	switch v.Kind {
-	case yaml.MappingNode:
-		return []*yaml.Node{v}
-	case yaml.SequenceNode:
-		var out []*yaml.Node
-		for _, c := range v.Content {
-			if c = resolve(c); c.Kind == yaml.MappingNode {
-				out = append(out, c)
-			}
-		}
-		return out
-	}
-	return nil
-}
-
-func resolve(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	return n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
 }
 
 // str returns a scalar's text as envoy reads it into a string field: any
 // scalar as written (value: 123 is "123"), null as "".
 func (p *parser) str(n *yaml.Node, field string) (string, bool) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return "", true
 	}
 	if n.Kind != yaml.ScalarNode {
@@ -455,7 +414,7 @@ var yaml11Bools = map[string]bool{
 }
 
 func (p *parser) boolean(n *yaml.Node, field string) bool {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return false
 	}
 	if n.Kind == yaml.ScalarNode && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
