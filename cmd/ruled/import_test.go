@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,10 +13,6 @@ import (
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/ruled-dev/ruled/internal/redistest"
 )
 
 const envoySMS = `domain: sms
@@ -115,16 +110,15 @@ func TestImportEnvoy(t *testing.T) {
 // rate limit service: the limits, a block, an unlimited descriptor,
 // replaces and a limit override decide as envoy ratelimit would.
 func TestImportEnvoyServe(t *testing.T) {
-	rs := redistest.Start(t)
 	src := t.TempDir()
 	writeFile(t, src, "sms.yaml", envoySMS)
 	writeFile(t, src, "edge.yaml", `domain: edge
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: day, requests_per_unit: 2}
   - key: remote_address
     value: 203.0.113.9
-    rate_limit: {unit: minute, requests_per_unit: 0}
+    rate_limit: {unit: day, requests_per_unit: 0}
   - key: remote_address
     value: 198.51.100.7
     rate_limit: {unlimited: true}
@@ -132,56 +126,24 @@ descriptors:
     value: eu
     descriptors:
       - key: user
-        rate_limit: {name: per_user_eu, unit: minute, requests_per_unit: 2}
+        rate_limit: {name: per_user_eu, unit: day, requests_per_unit: 2}
   - key: plan
     value: gold
     descriptors:
       - key: user
-        rate_limit: {replaces: [{name: per_user_eu}], unit: minute, requests_per_unit: 5}
+        rate_limit: {replaces: [{name: per_user_eu}], unit: day, requests_per_unit: 5}
 `)
 	out := filepath.Join(t.TempDir(), "rules")
 	if code, stdout, stderr := runImport("envoy", src, "-o", out); code != 0 {
 		t.Fatalf("import: exit %d\n%s%s", code, stdout, stderr)
 	}
 
-	httpAddr, grpcAddr := freePort(t), freePort(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var sout, serr bytes.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--rules", out, "--listen", httpAddr, "--redis", rs.URL(), "--grpc-listen", grpcAddr, "--watch=false"}, &sout, &serr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("serve exited %d: %s", code, serr.String())
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("serve did not stop within 15s")
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready within 10s: %v\n%s", err, serr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rls := rlsv3.NewRateLimitServiceClient(conn)
+	// Served by the binary in its default configuration (managed Redis,
+	// ACL isolation), as a newcomer would run it.
+	addr := freePort(t)
+	d := spawnDaemonAt(t, out, "--grpc-listen", addr)
+	d.waitReady(20 * time.Second)
+	rls := dialRLS(t, addr).rls
 
 	type kv = [2]string
 	desc := func(entries ...kv) *rlcommonv3.RateLimitDescriptor {
@@ -220,7 +182,7 @@ descriptors:
 		{"another recipient counts apart", "sms", 1, []*rlcommonv3.RateLimitDescriptor{desc(kv{"kind", "promo"}, kv{"recipient", "555-0101"})}, "O"},
 		{"another kind has no limit at depth 2", "sms", 5, []*rlcommonv3.RateLimitDescriptor{desc(kv{"kind", "news"}, kv{"recipient", "555-0100"})}, "OOOOO"},
 		{"a deeper descriptor has no limit", "sms", 5, []*rlcommonv3.RateLimitDescriptor{desc(kv{"kind", "promo"}, kv{"recipient", "555-0100"}, kv{"x", "y"})}, "OOOOO"},
-		{"any address: 2 a minute", "edge", 3, []*rlcommonv3.RateLimitDescriptor{desc(kv{"remote_address", "192.0.2.1"})}, "OOX"},
+		{"any address: 2 a day", "edge", 3, []*rlcommonv3.RateLimitDescriptor{desc(kv{"remote_address", "192.0.2.1"})}, "OOX"},
 		{"blocked address", "edge", 1, []*rlcommonv3.RateLimitDescriptor{desc(kv{"remote_address", "203.0.113.9"})}, "X"},
 		{"unlimited address", "edge", 5, []*rlcommonv3.RateLimitDescriptor{desc(kv{"remote_address", "198.51.100.7"})}, "OOOOO"},
 		{"replaced: the gold limit applies, not the eu one", "edge", 4, []*rlcommonv3.RateLimitDescriptor{
@@ -233,8 +195,8 @@ descriptors:
 		}
 	}
 	override := desc(kv{"kind", "promo"}, kv{"recipient", "555-0102"})
-	override.Limit = &rlcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+	override.Limit = &rlcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_DAY}
 	if got := codes(2, "sms", override); got != "OX" {
-		t.Errorf("limit override of 1 a minute: got %s, want OX", got)
+		t.Errorf("limit override of 1 a day: got %s, want OX", got)
 	}
 }
