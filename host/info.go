@@ -8,17 +8,22 @@ import (
 
 // RuleInfo describes one serving rule, for the admin API and status page.
 type RuleInfo struct {
-	Name    string         `json:"name"`
-	Plugin  string         `json:"plugin"`
-	OnError string         `json:"on_error"`
-	Shadow  bool           `json:"shadow"`
-	Stop    bool           `json:"stop"`
-	Dynamic bool           `json:"dynamic"`
-	When    string         `json:"when"`
-	Subject string         `json:"subject"`
-	Config  map[string]any `json:"config"`
-	File    string         `json:"file"`
-	Line    int            `json:"line"`
+	Name    string `json:"name"`
+	Plugin  string `json:"plugin"`
+	OnError string `json:"on_error"`
+	Shadow  bool   `json:"shadow"`
+	Stop    bool   `json:"stop"`
+	// Exempt, Replaces and DetailedMetric are the rule's exempt,
+	// replaces and detailed_metric (omitted when unset).
+	Exempt         bool           `json:"exempt,omitempty"`
+	Replaces       []string       `json:"replaces,omitempty"`
+	DetailedMetric bool           `json:"detailed_metric,omitempty"`
+	Dynamic        bool           `json:"dynamic"`
+	When           string         `json:"when"`
+	Subject        string         `json:"subject"`
+	Config         map[string]any `json:"config"`
+	File           string         `json:"file"`
+	Line           int            `json:"line"`
 }
 
 // RuleInfos describes the serving rules in order.
@@ -28,7 +33,7 @@ func (e *Engine) RuleInfos() []RuleInfo {
 	for i, r := range rs {
 		out[i] = RuleInfo{
 			Name: r.Name, Plugin: r.Plugin, OnError: string(r.OnError), Shadow: r.Shadow, Stop: r.Stop,
-			Dynamic: r.Dynamic(), When: r.When, Subject: r.Subject, Config: r.RawConfig(),
+			Exempt: r.Exempt, Replaces: r.Replaces, DetailedMetric: r.Detailed, Dynamic: r.Dynamic(), When: r.When, Subject: r.Subject, Config: r.RawConfig(),
 			File: r.Pos.File, Line: r.Pos.Line,
 		}
 	}

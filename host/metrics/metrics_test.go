@@ -376,3 +376,34 @@ func TestClientLeaseUnits(t *testing.T) {
 	want(t, samples, `ruled_client_lease_units_total{event="returned",rule="leased"}`, 10)
 	want(t, samples, `ruled_client_lease_units_total{event="late",rule="leased"}`, 4)
 }
+
+// TestSubjectDecisions: a detailed_metric rule's decisions are counted per
+// subject, up to MaxSubjectSeries pairs; later subjects count as _other.
+func TestSubjectDecisions(t *testing.T) {
+	r := newRig(t)
+	path := filepath.Join(t.TempDir(), "detailed.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  - name: per-tenant\n    subject: attrs[\"tenant\"]\n    plugin: fixedwindow\n    config: {limit: 1, window: 1h}\n    detailed_metric: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.e.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		r.e.Check(context.Background(), &host.CheckRequest{Attrs: map[string]string{"tenant": "acme"}, Hits: 1})
+	}
+	_, samples := r.scrape(t)
+	want(t, samples, `ruled_subject_decisions_total{outcome="allowed",rule="per-tenant",subject="acme"}`, 1)
+	want(t, samples, `ruled_subject_decisions_total{outcome="denied",rule="per-tenant",subject="acme"}`, 1)
+
+	for i := range metrics.MaxSubjectSeries + 5 {
+		r.m.SubjectDecision("many", strconv.Itoa(i), host.OutcomeAllowed)
+	}
+	r.m.SubjectDecision("many", "0", host.OutcomeAllowed) // a subject already counted stays itself
+	_, samples = r.scrape(t)
+	want(t, samples, `ruled_subject_decisions_total{outcome="allowed",rule="many",subject="0"}`, 2)
+	// acme took one of the pairs, so 6 of the "many" subjects overflowed.
+	want(t, samples, `ruled_subject_decisions_total{outcome="allowed",rule="many",subject="_other"}`, 6)
+	if n := len(grepMap(samples, `ruled_subject_decisions_total{outcome="allowed",rule="many"`)); n != metrics.MaxSubjectSeries {
+		t.Errorf("%d series for rule many, want %d (MaxSubjectSeries − acme's pair + _other)", n, metrics.MaxSubjectSeries)
+	}
+}
