@@ -143,7 +143,8 @@ func safePeek(ctx context.Context, p *plugin, rule, key string, cfg sdk.Config, 
 // share of their limit used, then the fewest remaining; the counters that
 // could not be read (or report no limit) last; ties by subject.
 func compareCounters(a, b Counter) int {
-	aKnown, bKnown := a.Err == nil && a.Limit > 0, b.Err == nil && b.Limit > 0
+	// A blocked subject (limit 0) is limited and known too.
+	aKnown, bKnown := a.Err == nil && (a.Limit > 0 || a.Limited), b.Err == nil && (b.Limit > 0 || b.Limited)
 	if aKnown != bKnown {
 		if aKnown {
 			return -1
@@ -157,7 +158,7 @@ func compareCounters(a, b Counter) int {
 			}
 			return 1
 		}
-		if c := cmp.Compare(float64(b.Used)/float64(b.Limit), float64(a.Used)/float64(a.Limit)); c != 0 {
+		if c := cmp.Compare(usedShare(b), usedShare(a)); c != 0 {
 			return c
 		}
 		if c := cmp.Compare(a.Remaining, b.Remaining); c != 0 {
@@ -165,6 +166,15 @@ func compareCounters(a, b Counter) int {
 		}
 	}
 	return strings.Compare(a.Subject, b.Subject)
+}
+
+// usedShare is the share of its limit a counter has used; all of it for a
+// block (limit 0).
+func usedShare(c Counter) float64 {
+	if c.Limit <= 0 {
+		return 1
+	}
+	return float64(c.Used) / float64(c.Limit)
 }
 
 // ClearCounters deletes every key a rule's plugin holds for the rule, for
