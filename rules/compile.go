@@ -16,6 +16,7 @@ import (
 	"github.com/expr-lang/expr/vm"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ruled-dev/ruled/internal/suggest"
 	"github.com/ruled-dev/ruled/internal/yamlnode"
 
 	"github.com/ruled-dev/ruled/sdk"
@@ -154,7 +155,7 @@ func (c *compiler) rule(rr *rawRule) *Rule {
 			ok = false
 		default:
 			msg := fmt.Sprintf("unknown plugin %q", rr.plugin)
-			if s := suggest(rr.plugin, c.pluginNames()); s != "" {
+			if s := suggest.Closest(rr.plugin, c.pluginNames()); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			} else {
 				msg += " (declare third-party plugins under plugins:)"
@@ -205,7 +206,7 @@ func (c *compiler) replaces(rs []*rawRule) {
 				c.errorf(rr.file.pos(n.node), rr.name, CodeBadValue, "replaces: a rule cannot replace itself")
 			case !found:
 				msg := fmt.Sprintf("replaces: no rule named %q", name)
-				if s := suggest(name, slices.Collect(maps.Keys(c.files.ruleNames))); s != "" {
+				if s := suggest.Closest(name, slices.Collect(maps.Keys(c.files.ruleNames))); s != "" {
 					msg += fmt.Sprintf(" (did you mean %q?)", s)
 				}
 				c.errorf(rr.file.pos(n.node), rr.name, CodeBadValue, "%s", msg)

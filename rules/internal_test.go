@@ -178,17 +178,6 @@ func TestGuardsAgreeWithExpr(t *testing.T) {
 	}
 }
 
-func TestEditDistance(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		d    int
-	}{{"", "abc", 3}, {"subjet", "subject", 1}, {"rulez", "rules", 1}, {"limt", "limit", 1}, {"abc", "abc", 0}} {
-		if got := editDistance(tc.a, tc.b); got != tc.d {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.d)
-		}
-	}
-}
-
 // TestFastValuesAgreeWithExpr checks subjects and dynamic values computed
 // in Go against the expression VM.
 func TestFastValuesAgreeWithExpr(t *testing.T) {

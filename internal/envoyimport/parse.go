@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ruled-dev/ruled/internal/suggest"
 	"github.com/ruled-dev/ruled/internal/yamlnode"
 )
 
@@ -365,7 +366,7 @@ func (p *parser) yamlError(err error) {
 
 func (p *parser) unknownField(key *yaml.Node, where string, known []string) {
 	msg := fmt.Sprintf("unknown field %q in %s", key.Value, where)
-	if s := suggest(key.Value, known); s != "" {
+	if s := suggest.Closest(key.Value, known); s != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	p.errorf(key, CodeUnknownField, "%s", msg)
@@ -452,34 +453,4 @@ func describe(d *descriptor) string {
 		return fmt.Sprintf("key %q", d.key)
 	}
 	return fmt.Sprintf("key %q value %q", d.key, d.value)
-}
-
-func suggest(s string, known []string) string {
-	best, bestD := "", 3
-	for _, k := range known {
-		if d := editDistance(s, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
