@@ -446,3 +446,45 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// CheckBlockSwitch plays steps on a rule whose limit switches at random
+// between open and a block (limit 0), as a dynamic limit does, and checks
+// every decision against the models of the two configs: under the block,
+// hits >= 0 get the block model's answer, and a refund acts on the counts
+// as open would while reporting the block's window and reset (limit 0,
+// remaining 0). decide reconfigures the rule (block or not), decides r and
+// returns the plugin's decision. It fails when the sequence is too easy:
+// fewer than 100 blocked steps, 30 denials while open or 10 refunds under
+// the block.
+func CheckBlockSwitch(t testing.TB, env *Env, rng *rand.Rand, steps []Step, open, shut Model, decide func(block bool, r sdk.Request) sdk.Decision) {
+	t.Helper()
+	blocked, deniedOpen, refundedShut := 0, 0, 0
+	for i, s := range steps {
+		env.Clock.Advance(s.Advance)
+		now := env.Clock.Now()
+		block := rng.IntN(3) == 0
+		var want sdk.Decision
+		if block {
+			want = shut.Decide(now, s.Req)
+			if s.Req.Hits < 0 {
+				d := open.Decide(now, s.Req)
+				want = sdk.Decision{Allowed: true, Granted: d.Granted, Window: want.Window, Reset: want.Reset}
+				if d.Granted < 0 {
+					refundedShut++
+				}
+			}
+			blocked++
+		} else {
+			want = open.Decide(now, s.Req)
+			if !want.Allowed {
+				deniedOpen++
+			}
+		}
+		if got := decide(block, s.Req); got != want {
+			t.Fatalf("step %d (%v, blocked %v):\n got %+v\nwant %+v", i, s, block, got, want)
+		}
+	}
+	if blocked < 100 || deniedOpen < 30 || refundedShut < 10 {
+		t.Fatalf("sequence too easy: %d blocked, %d denied when open, %d refunds under the block", blocked, deniedOpen, refundedShut)
+	}
+}

@@ -82,36 +82,14 @@ func TestBlockSwitchedOnAndOff(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 31))
 	steps := plugintest.RandomSteps(rng, 600, plugintest.StepOptions{Subjects: 1, MaxAdvance: 150 * time.Millisecond,
 		MinHits: -2, MaxHits: 3, Dedup: 0.3, BestEffort: 0.3})
-	blocked, deniedOpen, refundedShut := 0, 0, 0
-	for i, s := range steps {
-		env.Clock.Advance(s.Advance)
-		now := env.Clock.Now()
-		var want sdk.Decision
-		if block := rng.IntN(3) == 0; block {
-			rule.Reconfigure(shut)
-			want = shutModel.Decide(now, s.Req)
-			if s.Req.Hits < 0 {
-				d := openModel.Decide(now, s.Req)
-				want = sdk.Decision{Allowed: true, Granted: d.Granted, Window: want.Window, Reset: want.Reset}
-				if d.Granted < 0 {
-					refundedShut++
-				}
-			}
-			blocked++
-		} else {
-			rule.Reconfigure(open)
-			want = openModel.Decide(now, s.Req)
-			if !want.Allowed {
-				deniedOpen++
-			}
+	plugintest.CheckBlockSwitch(t, env, rng, steps, openModel, shutModel, func(block bool, r sdk.Request) sdk.Decision {
+		cfg := open
+		if block {
+			cfg = shut
 		}
-		if got := rule.Decide(s.Req); got != want {
-			t.Fatalf("step %d (%v):\n got %+v\nwant %+v", i, s, got, want)
-		}
-	}
-	if blocked < 100 || deniedOpen < 30 || refundedShut < 10 {
-		t.Fatalf("sequence too easy: %d blocked, %d denied by limit 4, %d refunds under the block", blocked, deniedOpen, refundedShut)
-	}
+		rule.Reconfigure(cfg)
+		return rule.Decide(r)
+	})
 }
 
 // TestBlockKeepsTheCount: a block decides without reading or writing the

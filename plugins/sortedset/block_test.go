@@ -153,36 +153,13 @@ func TestBlockSwitchedOnAndOff(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 41))
 	steps := sameMicrosecond(rng, plugintest.RandomSteps(rng, 600, plugintest.StepOptions{Subjects: 1, MaxAdvance: 150 * time.Millisecond,
 		MinHits: -2, MaxHits: 3, BestEffort: 0.3}), 0.2)
-	blocked, deniedOpen, refundedShut := 0, 0, 0
-	for i, s := range steps {
-		env.Clock.Advance(s.Advance)
-		now := env.Clock.Now()
-		var want sdk.Decision
-		if block := rng.IntN(3) == 0; block {
+	plugintest.CheckBlockSwitch(t, env, rng, steps, openModel, shutModel, func(block bool, r sdk.Request) sdk.Decision {
+		x.cfg = openCfg
+		if block {
 			x.cfg = shutCfg
-			want = shutModel.Decide(now, s.Req)
-			if s.Req.Hits < 0 {
-				d := openModel.Decide(now, s.Req)
-				want = sdk.Decision{Allowed: true, Granted: d.Granted, Window: want.Window, Reset: want.Reset}
-				if d.Granted < 0 {
-					refundedShut++
-				}
-			}
-			blocked++
-		} else {
-			x.cfg = openCfg
-			want = openModel.Decide(now, s.Req)
-			if !want.Allowed {
-				deniedOpen++
-			}
 		}
-		if got := x.do(s.Req); got != want {
-			t.Fatalf("step %d (%v):\n got %+v\nwant %+v", i, s, got, want)
-		}
-	}
-	if blocked < 100 || deniedOpen < 30 || refundedShut < 10 {
-		t.Fatalf("sequence too easy: %d blocked, %d denied when open, %d refunds under the block", blocked, deniedOpen, refundedShut)
-	}
+		return x.do(r)
+	})
 }
 
 // TestBlockStaysABlockLocally: on_error: local with a share of the quota
