@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,29 +97,9 @@ func Parse(path string) (*Files, error) {
 // *.yaml and *.yml files (not its subdirectories, not dot files) in name
 // order.
 func Sources(path string) ([]string, error) {
-	st, err := os.Stat(path)
+	names, err := yamlnode.Files(path)
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
-	}
-	if !st.IsDir() {
-		return []string{path}, nil
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
-	}
-	var names []string
-	for _, e := range entries {
-		n := e.Name()
-		ext := filepath.Ext(n)
-		if strings.HasPrefix(n, ".") || (ext != ".yaml" && ext != ".yml") {
-			continue
-		}
-		full := filepath.Join(path, n)
-		if fi, err := os.Stat(full); err == nil && fi.IsDir() {
-			continue
-		}
-		names = append(names, full)
 	}
 	return names, nil
 }
@@ -189,44 +168,11 @@ func (p *parser) errorf(n *yaml.Node, rule, code, format string, args ...any) {
 	p.errs = append(p.errs, &Error{Pos: p.file.pos(n), Rule: rule, Code: code, Message: fmt.Sprintf(format, args...)})
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
-
-// yamlParserErrors are yaml.v3's parser error messages, with what to add
-// to them to explain the line they are reported at.
-var yamlParserErrors = map[string]string{
-	"did not find expected '-' indicator":    " in the list that starts here",
-	"did not find expected key":              " in the mapping that starts here",
-	"did not find expected ',' or ']'":       " in the flow list that starts here",
-	"did not find expected ',' or '}'":       " in the flow mapping that starts here",
-	"did not find expected node content":     "",
-	"did not find expected <document start>": "",
-	"did not find expected <stream-start>":   "",
-	"found duplicate %YAML directive":        "",
-	"found duplicate %TAG directive":         "",
-	"found incompatible YAML document":       "",
-}
-
 // yamlError turns a YAML syntax error into positioned Errors (yaml.v3
 // reports lines but not columns).
 func (p *parser) yamlError(err error) {
-	for msg := range strings.SplitSeq(err.Error(), "\n") {
-		msg = strings.TrimSpace(msg)
-		if msg == "" {
-			continue
-		}
-		pos := Position{File: p.file.name}
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			pos.Line, _ = strconv.Atoi(m[1])
-			msg = msg[len(m[0]):]
-		}
-		msg = strings.TrimPrefix(msg, "yaml: ")
-		// yaml.v3 reports parser (as opposed to scanner) errors at the
-		// 0-based line of the enclosing construct: make it 1-based and say so.
-		if hint, ok := yamlParserErrors[msg]; ok {
-			pos.Line++
-			msg += hint
-		}
-		p.errs = append(p.errs, &Error{Pos: pos, Code: CodeYAML, Message: msg})
+	for _, se := range yamlnode.SyntaxErrors(err) {
+		p.errs = append(p.errs, &Error{Pos: Position{File: p.file.name, Line: se.Line}, Code: CodeYAML, Message: se.Message})
 	}
 }
 

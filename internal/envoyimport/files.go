@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/ruled-dev/ruled/internal/yamlnode"
 )
 
 // ReadSources reads the envoy ratelimit config files that path stands
@@ -16,32 +18,12 @@ import (
 // Files that cannot be read are errors of the returned ErrorList; the
 // error is of another type only when path itself cannot be read.
 func ReadSources(path string) ([]Source, error) {
-	st, err := os.Stat(path)
+	names, err := yamlnode.Files(path)
 	if err != nil {
 		return nil, err
 	}
-	names := []string{path}
-	if st.IsDir() {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return nil, err
-		}
-		names = names[:0]
-		for _, e := range entries {
-			n := e.Name()
-			ext := filepath.Ext(n)
-			if strings.HasPrefix(n, ".") || (ext != ".yaml" && ext != ".yml") {
-				continue
-			}
-			full := filepath.Join(path, n)
-			if fi, err := os.Stat(full); err == nil && fi.IsDir() {
-				continue
-			}
-			names = append(names, full)
-		}
-		if len(names) == 0 {
-			return nil, fmt.Errorf("%s: no *.yaml or *.yml files", path)
-		}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%s: no *.yaml or *.yml files", path)
 	}
 	var srcs []Source
 	var errs ErrorList

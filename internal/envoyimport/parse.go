@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -328,39 +327,11 @@ func (p *parser) replaces(n *yaml.Node, rl *rateLimit) []replaceRef {
 	return out
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
-
-// yamlParserErrors are the YAML parser's error messages (as opposed to
-// the scanner's) that it reports at the 0-based line of the enclosing
-// construct, with what to add to them to say so.
-var yamlParserErrors = map[string]string{
-	"did not find expected '-' indicator":    " in the list that starts here",
-	"did not find expected key":              " in the mapping that starts here",
-	"did not find expected ',' or ']'":       " in the flow list that starts here",
-	"did not find expected ',' or '}'":       " in the flow mapping that starts here",
-	"did not find expected node content":     "",
-	"did not find expected <document start>": "",
-}
-
 // yamlError turns a YAML syntax error into positioned errors (the YAML
 // parser reports lines but not columns).
 func (p *parser) yamlError(err error) {
-	for msg := range strings.SplitSeq(err.Error(), "\n") {
-		msg = strings.TrimSpace(msg)
-		if msg == "" {
-			continue
-		}
-		pos := Position{File: p.file}
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			pos.Line, _ = strconv.Atoi(m[1])
-			msg = msg[len(m[0]):]
-		}
-		msg = strings.TrimPrefix(msg, "yaml: ")
-		if hint, ok := yamlParserErrors[msg]; ok {
-			pos.Line++
-			msg += hint
-		}
-		p.errs = append(p.errs, &Error{Pos: pos, Code: CodeYAML, Message: msg})
+	for _, se := range yamlnode.SyntaxErrors(err) {
+		p.errs = append(p.errs, &Error{Pos: Position{File: p.file, Line: se.Line}, Code: CodeYAML, Message: se.Message})
 	}
 }
 

@@ -1,10 +1,20 @@
-// Package yamlnode reads YAML node trees as ruled's file parsers do
-// (rule files, imported envoy configs): aliases resolved, merge keys (<<)
-// expanded, explicit keys winning over merged ones, each problem with a
-// key reported through a callback so that the parser keeps its position.
+// Package yamlnode holds what ruled's YAML file parsers (rule files,
+// imported envoy configs) share: which files a path stands for, syntax
+// errors with their lines, and mappings read with aliases resolved, merge
+// keys (<<) expanded and explicit keys winning over merged ones, each
+// problem with a key reported through a callback so that the parser keeps
+// its position.
 package yamlnode
 
-import "go.yaml.in/yaml/v3"
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
 
 // Pair is one key and its value in a mapping, aliases resolved.
 type Pair struct{ Key, Val *yaml.Node }
@@ -73,4 +83,87 @@ func MergeSources(v *yaml.Node) []*yaml.Node {
 		return out
 	}
 	return nil
+}
+
+// SyntaxError is one problem of a YAML syntax error: its 1-based line (0
+// when the parser gave none) and its message without the "yaml: line N:"
+// prefix.
+type SyntaxError struct {
+	Line    int
+	Message string
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// parserErrors are yaml.v3's parser (as opposed to scanner) error
+// messages, which it reports at the 0-based line of the enclosing
+// construct, with what to add to them to say so.
+var parserErrors = map[string]string{
+	"did not find expected '-' indicator":    " in the list that starts here",
+	"did not find expected key":              " in the mapping that starts here",
+	"did not find expected ',' or ']'":       " in the flow list that starts here",
+	"did not find expected ',' or '}'":       " in the flow mapping that starts here",
+	"did not find expected node content":     "",
+	"did not find expected <document start>": "",
+	"did not find expected <stream-start>":   "",
+	"found duplicate %YAML directive":        "",
+	"found duplicate %TAG directive":         "",
+	"found incompatible YAML document":       "",
+}
+
+// SyntaxErrors splits an error of yaml.Unmarshal into its problems with
+// their lines (yaml.v3 reports lines but not columns), made 1-based and
+// explained where the parser reports the enclosing construct's line.
+func SyntaxErrors(err error) []SyntaxError {
+	var out []SyntaxError
+	for msg := range strings.SplitSeq(err.Error(), "\n") {
+		msg = strings.TrimSpace(msg)
+		if msg == "" {
+			continue
+		}
+		var e SyntaxError
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			e.Line, _ = strconv.Atoi(m[1])
+			msg = msg[len(m[0]):]
+		}
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		if hint, ok := parserErrors[msg]; ok {
+			e.Line++
+			msg += hint
+		}
+		e.Message = msg
+		out = append(out, e)
+	}
+	return out
+}
+
+// Files returns the YAML files path stands for: path itself when it is
+// not a directory, else the directory's *.yaml and *.yml files (not its
+// subdirectories, not dot files) in name order.
+func Files(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		n := e.Name()
+		ext := filepath.Ext(n)
+		if strings.HasPrefix(n, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		full := filepath.Join(path, n)
+		if fi, err := os.Stat(full); err == nil && fi.IsDir() {
+			continue
+		}
+		names = append(names, full)
+	}
+	return names, nil
 }
