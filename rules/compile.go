@@ -206,7 +206,7 @@ func (c *compiler) replaces(rs []*rawRule) {
 				c.errorf(rr.file.pos(n.node), rr.name, CodeBadValue, "replaces: a rule cannot replace itself")
 			case !found:
 				msg := fmt.Sprintf("replaces: no rule named %q", name)
-				if s := suggest.Closest(name, slices.Collect(maps.Keys(c.files.ruleNames))); s != "" {
+				if s := suggest.Closest(name, slices.Sorted(maps.Keys(c.files.ruleNames))); s != "" {
 					msg += fmt.Sprintf(" (did you mean %q?)", s)
 				}
 				c.errorf(rr.file.pos(n.node), rr.name, CodeBadValue, "%s", msg)

@@ -11,14 +11,8 @@ func (s *Set) ConfigFor(r *Rule, in *Input) (sdk.Config, error) {
 	if r.dyn == nil {
 		return r.config, nil
 	}
-	if in == nil {
-		in = &Input{}
-	}
-	st := s.pool.Get().(*evalState)
+	st := s.begin(in)
 	defer s.release(st)
-	st.req = in.Request
-	st.req.Headers = NormalizeHeaders(in.Request.Headers)
-	st.env.Attrs = in.Attrs
 	st.startRule()
 	return r.dynamicConfig(st)
 }

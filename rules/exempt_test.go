@@ -146,3 +146,28 @@ func TestReplacesNamesKnownRules(t *testing.T) {
 		}
 	}
 }
+
+// TestReplacesCostsNoAllocation: a check in which a rule replaces another
+// allocates nothing for it (AppendMatch into a reused slice).
+func TestReplacesCostsNoAllocation(t *testing.T) {
+	s := mustLoad(t, `rules:
+  - name: per-ip
+    subject: '"ip"'
+    plugin: fixedwindow
+    config: {limit: 10, window: 1m}
+  - name: per-user
+    subject: '"user"'
+    plugin: fixedwindow
+    config: {limit: 100, window: 1m}
+    replaces: [per-ip]
+`)
+	in := &rules.Input{}
+	buf := make([]rules.Selection, 0, 4)
+	if n := testing.AllocsPerRun(100, func() {
+		if got := s.AppendMatch(buf[:0], in); len(got) != 1 {
+			t.Fatalf("matched %d, want per-user alone", len(got))
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per match, want 0", n)
+	}
+}

@@ -46,7 +46,15 @@ func (s *Set) init() {
 	s.byName = make(map[string]*Rule, len(s.rules))
 	for _, r := range s.rules {
 		s.byName[r.Name] = r
-		s.replacing = s.replacing || len(r.Replaces) > 0
+	}
+	for _, r := range s.rules {
+		r.replaced = r.replaced[:0]
+		for _, name := range r.Replaces {
+			if o, ok := s.byName[name]; ok {
+				r.replaced = append(r.replaced, o)
+			}
+		}
+		s.replacing = s.replacing || len(r.replaced) > 0
 	}
 	s.pool.New = func() any {
 		st := &evalState{}
@@ -136,20 +144,8 @@ func (s *Set) AppendMatch(dst []Selection, in *Input) []Selection {
 	if in == nil {
 		in = &Input{}
 	}
-	st := s.pool.Get().(*evalState)
+	st := s.begin(in)
 	defer s.release(st)
-	st.req = in.Request
-	if !lowerKeys(st.req.Headers) {
-		if st.hdr == nil {
-			st.hdr = make(map[string]string, len(st.req.Headers))
-		}
-		clear(st.hdr)
-		for k, v := range st.req.Headers {
-			st.hdr[lowerASCII(k)] = v
-		}
-		st.req.Headers = st.hdr
-	}
-	st.env.Attrs = in.Attrs
 	start := len(dst)
 	cands := s.index.candidates(&st.req, st.env.Attrs)
 	for {
@@ -161,7 +157,7 @@ func (s *Set) AppendMatch(dst []Selection, in *Input) []Selection {
 		st.startRule()
 		ok, err := r.matches(st)
 		if err != nil {
-			dst = append(dst, Selection{Rule: r, Err: err})
+			dst = append(dst, Selection{Rule: r, Err: err, whenFailed: true})
 			continue
 		}
 		if !ok {
@@ -173,7 +169,8 @@ func (s *Set) AppendMatch(dst []Selection, in *Input) []Selection {
 		}
 	}
 	if s.replacing {
-		dst = append(dst[:start], dropReplaced(dst[start:], replacedBy(dst[start:], nil))...)
+		var buf [8]*Rule
+		dst = append(dst[:start], dropReplaced(dst[start:], replacedBy(buf[:0], dst[start:]))...)
 	}
 	return dst
 }
@@ -186,9 +183,10 @@ func (s *Set) DropReplaced(lists [][]Selection) [][]Selection {
 	if !s.replacing {
 		return lists
 	}
-	var gone map[string]bool
+	var buf [8]*Rule
+	gone := buf[:0]
 	for _, l := range lists {
-		gone = replacedBy(l, gone)
+		gone = replacedBy(gone, l)
 	}
 	for i, l := range lists {
 		lists[i] = dropReplaced(l, gone)
@@ -196,30 +194,54 @@ func (s *Set) DropReplaced(lists [][]Selection) [][]Selection {
 	return lists
 }
 
-// replacedBy adds to gone the names of the rules that the rules of sels
-// replace. A selection whose when could not be evaluated has not matched
-// and replaces nothing.
-func replacedBy(sels []Selection, gone map[string]bool) map[string]bool {
-	for _, sel := range sels {
-		var ee *EvalError
-		if len(sel.Rule.Replaces) == 0 || (errors.As(sel.Err, &ee) && ee.Field == "when") {
-			continue
-		}
-		if gone == nil {
-			gone = make(map[string]bool, len(sel.Rule.Replaces))
-		}
-		for _, name := range sel.Rule.Replaces {
-			gone[name] = true
+// replacedBy appends to gone the rules that the rules of sels replace. A
+// selection whose when could not be evaluated has not matched and
+// replaces nothing.
+func replacedBy(gone []*Rule, sels []Selection) []*Rule {
+	for i := range sels {
+		if !sels[i].whenFailed {
+			gone = append(gone, sels[i].Rule.replaced...)
 		}
 	}
 	return gone
 }
 
-func dropReplaced(sels []Selection, gone map[string]bool) []Selection {
+// dropReplaced removes, in place, the selections of the rules in gone.
+func dropReplaced(sels []Selection, gone []*Rule) []Selection {
 	if len(gone) == 0 {
 		return sels
 	}
-	return slices.DeleteFunc(sels, func(sel Selection) bool { return gone[sel.Rule.Name] })
+	kept := sels[:0]
+	for _, sel := range sels {
+		if !slices.Contains(gone, sel.Rule) {
+			kept = append(kept, sel)
+		}
+	}
+	clear(sels[len(kept):]) // drop references to subjects and configs
+	return kept
+}
+
+// begin takes an evaluation state from the pool, set up for in: its
+// request with header names in lower case (in the state's own map when
+// they are not already), its attrs. Give it back with release.
+func (s *Set) begin(in *Input) *evalState {
+	if in == nil {
+		in = &Input{}
+	}
+	st := s.pool.Get().(*evalState)
+	st.req = in.Request
+	if !lowerKeys(st.req.Headers) {
+		if st.hdr == nil {
+			st.hdr = make(map[string]string, len(st.req.Headers))
+		}
+		clear(st.hdr)
+		for k, v := range st.req.Headers {
+			st.hdr[lowerASCII(k)] = v
+		}
+		st.req.Headers = st.hdr
+	}
+	st.env.Attrs = in.Attrs
+	return st
 }
 
 func (s *Set) release(st *evalState) {

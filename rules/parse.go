@@ -58,7 +58,6 @@ type rawRule struct {
 	lease       int64
 	leaseNode   *yaml.Node
 	exempt      bool
-	exemptNode  *yaml.Node
 	replaces    []scalar // rule names, with their nodes for positions
 	detailed    bool
 }
@@ -278,6 +277,11 @@ var topFields = []string{"plugins", "rules"}
 var ruleFields = []string{"name", "when", "subject", "plugin", "config", "on_error", "shadow", "stop", "deny_cache", "lease",
 	"exempt", "replaces", "detailed_metric"}
 
+// exemptRefuses are the rule keys an exempt rule may not have: it admits
+// what it matches without a plugin, so it has nothing to count or decide.
+// docs/rule-file.schema.json says the same (its test checks).
+var exemptRefuses = []string{"plugin", "config", "on_error", "shadow", "deny_cache", "lease"}
+
 func (p *parser) parseRules(n *yaml.Node) {
 	if yamlnode.IsNull(n) {
 		return
@@ -359,7 +363,7 @@ func (p *parser) parseRule(n *yaml.Node) {
 		case "lease":
 			r.lease, r.leaseNode = p.leaseSize(v, r.name), v
 		case "exempt":
-			r.exempt, r.exemptNode = p.boolean(v, r.name, "exempt"), v
+			r.exempt = p.boolean(v, r.name, "exempt")
 		case "replaces":
 			r.replaces = p.ruleList(v, r.name, "replaces")
 		case "detailed_metric":
@@ -385,8 +389,7 @@ func (p *parser) parseRule(n *yaml.Node) {
 	case r.exempt:
 		// An exempt rule admits what it matches: it has nothing to count.
 		for _, kv := range kvs {
-			switch kv.key.Value {
-			case "plugin", "config", "on_error", "deny_cache", "lease", "shadow":
+			if slices.Contains(exemptRefuses, kv.key.Value) {
 				p.errorf(kv.key, r.name, CodeBadValue, "%s: an exempt rule admits what it matches without a plugin; remove %s", kv.key.Value, kv.key.Value)
 			}
 		}

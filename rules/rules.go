@@ -133,12 +133,13 @@ type Rule struct {
 	When    string // source of the when expression; "" means always
 	Subject string // source of the subject expression
 
-	alg     sdk.Algorithm
-	raw     map[string]any // config as written (dynamic values as their "=..." strings)
-	when    cond
-	subject value
-	config  sdk.Config // static config, when dyn is nil
-	dyn     *dynConfig // dynamic config, or nil
+	alg      sdk.Algorithm
+	replaced []*Rule        // Replaces, resolved when the Set is built
+	raw      map[string]any // config as written (dynamic values as their "=..." strings)
+	when     cond
+	subject  value
+	config   sdk.Config // static config, when dyn is nil
+	dyn      *dynConfig // dynamic config, or nil
 }
 
 // Algorithm returns the plugin that decides for the rule.
@@ -160,6 +161,8 @@ type Selection struct {
 	// when, subject or dynamic config), an *EvalError. The rule's decision
 	// is then an error decision, handled by its on_error policy.
 	Err error
+
+	whenFailed bool // Err is the when's: the rule has not matched
 }
 
 func cloneMap(m map[string]any) map[string]any {

@@ -114,6 +114,16 @@ func TestSchemaMatchesTheParser(t *testing.T) {
 	if got, want := fmt.Sprint(at(t, s, "$defs", "rule", "properties", "on_error", "enum")), fmt.Sprint([]OnError{OnErrorAllow, OnErrorDeny, OnErrorLocal}); got != want {
 		t.Errorf("on_error enum %s, want %s", got, want)
 	}
+	var refused []string
+	for k, v := range at(t, s, "$defs", "rule", "else", "properties").(map[string]any) {
+		if v == false {
+			refused = append(refused, k)
+		}
+	}
+	slices.Sort(refused)
+	if want := slices.Sorted(slices.Values(exemptRefuses)); !slices.Equal(refused, want) {
+		t.Errorf("the schema refuses %v on an exempt rule, the parser %v", refused, want)
+	}
 	if got := fmt.Sprint(at(t, s, "$defs", "rule", "properties", "lease", "maximum")); got != strconv.Itoa(MaxLease) {
 		t.Errorf("lease maximum %s, want %d", got, MaxLease)
 	}
@@ -328,6 +338,11 @@ func TestSchemaAgreesOnMistakes(t *testing.T) {
 		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, lease: 1000001}\n":  false,
 		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, lease: 1000000}\n":  true,
 		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, config: [1]}\n":     false,
+		"rules:\n  - {name: a, when: 'request.ip == \"10.0.0.1\"', exempt: true}\n":          true,
+		"rules:\n  - {name: a, exempt: true, plugin: fixedwindow}\n":                         false,
+		"rules:\n  - {name: a, exempt: true, lease: 0}\n":                                    false,
+		"rules:\n  - {name: a, exempt: false}\n":                                             false,
+		"rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, replaces: [B]}\n":   false,
 		"plugins:\n  mine: {wasm: m.wasm}\n":                                                 true,
 		"plugins:\n  mine: {wasm: m.wasm, process: ./m}\n":                                   false,
 		"plugins:\n  mine: {sha256: " + strings.Repeat("a", 64) + "}\n":                      false,

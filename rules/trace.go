@@ -1,5 +1,7 @@
 package rules
 
+import "slices"
+
 // TraceEntry is one rule's part in a Trace.
 type TraceEntry struct {
 	Rule *Rule
@@ -25,14 +27,8 @@ type TraceEntry struct {
 // offline explanation behind `ruled eval`: thorough, not fast (it visits
 // every rule, without the index Match uses), and it runs no plugin.
 func (s *Set) Trace(in *Input) []TraceEntry {
-	if in == nil {
-		in = &Input{}
-	}
-	st := s.pool.Get().(*evalState)
+	st := s.begin(in)
 	defer s.release(st)
-	st.req = in.Request
-	st.req.Headers = NormalizeHeaders(in.Request.Headers)
-	st.env.Attrs = in.Attrs
 	out := make([]TraceEntry, 0, len(s.rules))
 	stopped := false
 	for _, r := range s.rules {
@@ -62,15 +58,14 @@ func (s *Set) Trace(in *Input) []TraceEntry {
 		out = append(out, e)
 		stopped = r.Stop
 	}
-	for _, by := range out {
-		if !by.Matched {
+	for i := range out {
+		if !out[i].Matched {
 			continue
 		}
-		for _, name := range by.Rule.Replaces {
-			for i := range out {
-				if out[i].Rule.Name == name && out[i].Matched && out[i].ReplacedBy == "" {
-					out[i].ReplacedBy = by.Rule.Name
-				}
+		for j := range out {
+			if out[j].Matched && slices.Contains(out[j].Rule.replaced, out[i].Rule) {
+				out[i].ReplacedBy = out[j].Rule.Name
+				break
 			}
 		}
 	}
