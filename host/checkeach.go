@@ -16,18 +16,29 @@ import (
 // the parts after it only peek (hits 0), so that a denied request uses up
 // no quota. A part a plugin refuses as bad input (BadRequest) ends the
 // request the same way: the parts after it are not decided and their
-// results are empty.
+// results are empty. The observer hears one check for the request.
 func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
+	out := make([]Result, len(reqs))
+	if len(reqs) == 1 {
+		// One part: a check (AppendMatch applies replaces within it).
+		e.CheckInto(ctx, reqs[0], &out[0])
+		return out
+	}
 	start := time.Now()
 	b := newBudget(ctx, start, e.timeout)
 	g := e.gen.Load()
 	sels := make([][]rules.Selection, len(reqs))
 	for i, req := range reqs {
-		sels[i] = g.set.AppendMatch(nil, &rules.Input{Request: req.Request, Attrs: req.Attrs})
+		buf := selections.Get().(*[]rules.Selection)
+		sels[i] = g.set.AppendMatch((*buf)[:0], &rules.Input{Request: req.Request, Attrs: req.Attrs})
+		defer func() {
+			clear(sels[i]) // drop references to subjects and configs
+			*buf = sels[i][:0]
+			selections.Put(buf)
+		}()
 	}
 	sels = g.set.DropReplaced(sels)
-	out := make([]Result, len(reqs))
-	over := false
+	over, allowed := false, true
 	for i, req := range reqs {
 		if over && req.Hits != 0 {
 			peek := *req
@@ -36,6 +47,8 @@ func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
 		}
 		res := &out[i]
 		e.decideAll(ctx, b, g, sels[i], req, res)
+		e.observeDecisions(res)
+		allowed = allowed && res.Allowed
 		if res.Allowed || over {
 			continue
 		}
@@ -47,8 +60,6 @@ func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
 			break
 		}
 	}
-	for i := range out {
-		e.observe(&out[i], start)
-	}
+	e.obs.Check(time.Since(start), allowed) // one request, one check
 	return out
 }

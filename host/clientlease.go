@@ -114,8 +114,8 @@ type LeaseObserver interface {
 
 // observeLease tells the observer of units of rule, if it listens.
 func (e *Engine) observeLease(rule string, event LeaseEvent, units int64) {
-	if lo, ok := e.obs.(LeaseObserver); ok && units > 0 {
-		lo.LeaseUnits(rule, event, units)
+	if e.leaseObs != nil && units > 0 {
+		e.leaseObs.LeaseUnits(rule, event, units)
 	}
 }
 
@@ -148,6 +148,12 @@ func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, err
 	out.Results = make([]RuleResult, 0, len(sels))
 	for _, sel := range sels {
 		rule := sel.Rule
+		// As for any best-effort request (decide): the plugin must see the
+		// permits this instance leases as unused, and a cached denial of
+		// the subject may no longer hold after the grant.
+		key := local.Key{Rule: rule.Name, Subject: sel.Subject}
+		e.returnLease(ctx, b, key)
+		e.deny.Forget(key)
 		fill := sdk.Request{Subject: sel.Subject, Hits: out.Permits, BestEffort: true, Attrs: req.Attrs}
 		d, err := safeDecide(ctx, b, g.plugins[rule.Plugin], rule.Name, sel.Config, fill)
 		if err != nil {

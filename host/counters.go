@@ -117,7 +117,8 @@ func (e *Engine) Counters(ctx context.Context, rule, cursor string, limit int) (
 // peekCounter reads one subject's counter with a peek, bounded by the
 // engine's decision time-out, and fills c.
 func (e *Engine) peekCounter(ctx context.Context, p *plugin, rule, key string, cfg sdk.Config, c *Counter) {
-	d, err := safePeek(ctx, p, rule, key, cfg, time.Now().Add(e.timeout), sdk.Request{Subject: c.Subject, Hits: 0})
+	h := p.reg.HostForKey(rule, key, time.Now().Add(e.timeout))
+	d, err := safeRun(ctx, p, h, cfg, sdk.Request{Subject: c.Subject, Hits: 0})
 	if err != nil {
 		c.Err = err
 		return
@@ -125,17 +126,6 @@ func (e *Engine) peekCounter(ctx context.Context, p *plugin, rule, key string, c
 	c.Limit, c.Remaining, c.Reset = d.Limit, d.Remaining, d.Reset
 	c.Used = max(d.Limit-d.Remaining, 0)
 	c.Limited = !d.Allowed
-}
-
-// safePeek runs a plugin's Decide for the subject keys hold as key, and
-// turns a panic into an error.
-func safePeek(ctx context.Context, p *plugin, rule, key string, cfg sdk.Config, deadline time.Time, r sdk.Request) (d sdk.Decision, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("plugin %s panicked: %v", p.alg.Info().Name, v)
-		}
-	}()
-	return p.alg.Decide(ctx, p.reg.HostForKey(rule, key, deadline), cfg, r)
 }
 
 // compareCounters orders counters with the subjects nearest to or over
@@ -182,7 +172,7 @@ func usedShare(c Counter) float64 {
 // deleted: every subject starts afresh. It scans the whole keyspace
 // (capability.Plugin.Clear). Keys the rule's name holds under another
 // plugin (the rule's plugin before a reload) are left to expire. This
-// instance's deny cache is cleared too; another instance's may deny a
+// instance's deny cache forgets the rule's subjects too; another instance's may deny a
 // subject it cached as denied until that denial's retry-after. An unknown
 // rule is ErrNoRule.
 func (e *Engine) ClearCounters(ctx context.Context, rule string) (int64, error) {
@@ -196,7 +186,7 @@ func (e *Engine) ClearCounters(ctx context.Context, rule string) (int64, error) 
 		return 0, nil // an exempt rule stores nothing
 	}
 	n, err := p.reg.Clear(ctx, rule)
-	e.deny.Clear()
+	e.deny.ForgetRule(rule)
 	if err != nil {
 		return n, fmt.Errorf("host: clear the counters of rule %q: %w", rule, err)
 	}

@@ -104,26 +104,19 @@ type Result struct {
 // denying rule with the longest retry-after, else the one with the fewest
 // remaining), the one an Envoy RLS descriptor status reports, and false
 // when there is none.
-func (r *Result) Policy() (RuleResult, bool) {
-	best, found := RuleResult{}, false
-	for _, rr := range r.Results {
-		if !rr.ReportsLimit() {
-			continue
-		}
-		if !found || moreRestrictive(rr, best) {
-			best, found = rr, true
-		}
-	}
-	return best, found
-}
+func (r *Result) Policy() (RuleResult, bool) { return r.policy(false) }
 
 // ShadowPolicy returns the most restrictive shadow result with a limit,
 // and false when there is none: what a shadow rule would have told
 // clients.
-func (r *Result) ShadowPolicy() (RuleResult, bool) {
+func (r *Result) ShadowPolicy() (RuleResult, bool) { return r.policy(true) }
+
+// policy returns the most restrictive result with a limit among the shadow
+// results or among the enforcing ones.
+func (r *Result) policy(shadow bool) (RuleResult, bool) {
 	best, found := RuleResult{}, false
 	for _, rr := range r.Results {
-		if !rr.Shadow || !rr.hasLimit() {
+		if rr.Shadow != shadow || !rr.hasLimit() {
 			continue
 		}
 		if !found || moreRestrictive(rr, best) {
@@ -261,6 +254,8 @@ type Engine struct {
 	loaded map[string]*plugin // third-party plugins in use, by declaration
 
 	obs         Observer
+	subjectObs  SubjectObserver // obs, when it listens per subject
+	leaseObs    LeaseObserver   // obs, when it listens to client leases
 	deny        *local.DenyCache
 	local       *local.Limiters
 	localInUse  atomic.Bool  // local limiters decided since Redis last answered
@@ -336,6 +331,8 @@ func NewEngine(o Options) (*Engine, error) {
 	if e.obs == nil {
 		e.obs = nopObserver{}
 	}
+	e.subjectObs, _ = e.obs.(SubjectObserver)
+	e.leaseObs, _ = e.obs.(LeaseObserver)
 	e.timeout = o.DecisionTimeout
 	if e.timeout <= 0 {
 		e.timeout = DecisionTimeoutCalls * o.Capability.Timeout()
@@ -574,8 +571,8 @@ func (e *Engine) Reload() (int, error) {
 // Status returns the state of the serving rule set and the last load.
 func (e *Engine) Status() LoadStatus { return *e.status.Load() }
 
-// Reset forgets everything a rule's plugin stores for one subject, so that
-// the subject starts afresh. It returns the number of keys removed.
+// Reset forgets everything a rule's plugin stores for one subject, and
+// this instance's cached denial of it, so that the subject starts afresh. It returns the number of keys removed.
 func (e *Engine) Reset(ctx context.Context, rule, subject string) (int64, error) {
 	g := e.gen.Load()
 	r, ok := g.set.Rule(rule)
@@ -585,6 +582,8 @@ func (e *Engine) Reset(ctx context.Context, rule, subject string) (int64, error)
 	if r.Exempt {
 		return 0, nil // an exempt rule stores nothing
 	}
+	// The subject starts afresh here too: no cached denial outlives it.
+	e.deny.Forget(local.Key{Rule: rule, Subject: subject})
 	return g.plugins[r.Plugin].reg.Reset(ctx, rule, subject)
 }
 
@@ -632,19 +631,22 @@ func (e *Engine) CheckInto(ctx context.Context, req *CheckRequest, res *Result) 
 	e.observe(res, start)
 }
 
-// observe tells the observer of a check's decisions.
+// observe tells the observer of a check's decisions and its duration.
 func (e *Engine) observe(res *Result, start time.Time) {
+	e.observeDecisions(res)
+	e.obs.Check(time.Since(start), res.Allowed)
+}
+
+// observeDecisions tells the observer of each rule's decision of a check.
+func (e *Engine) observeDecisions(res *Result) {
 	for i := range res.Results {
 		rr := &res.Results[i]
 		o := outcome(rr)
 		e.obs.Decision(rr.Rule, rr.Plugin, o, rr.cached)
-		if rr.detailed {
-			if so, ok := e.obs.(SubjectObserver); ok {
-				so.SubjectDecision(rr.Rule, rr.Subject, o)
-			}
+		if rr.detailed && e.subjectObs != nil {
+			e.subjectObs.SubjectDecision(rr.Rule, rr.Subject, o)
 		}
 	}
-	e.obs.Check(time.Since(start), res.Allowed)
 }
 
 // selections pools the per-check slices of matching rules.
@@ -725,9 +727,9 @@ func (e *Engine) decideAll(ctx context.Context, b budget, g *generation, sels []
 
 func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.Selection, req *CheckRequest, rr *RuleResult) {
 	rule := sel.Rule
-	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow, Exempt: rule.Exempt, detailed: rule.Detailed}
+	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow, detailed: rule.Detailed}
 	if rule.Exempt && sel.Err == nil {
-		rr.Allowed = true
+		rr.Allowed, rr.Exempt = true, true
 		return
 	}
 	if sel.Err != nil {
@@ -786,13 +788,19 @@ func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.
 // safeDecide runs a plugin's Decide, its Redis calls bounded by b, and
 // turns a panic into an error, so that a faulty plugin costs an error
 // decision, never the daemon.
-func safeDecide(ctx context.Context, b budget, p *plugin, rule string, cfg sdk.Config, r sdk.Request) (d sdk.Decision, err error) {
+func safeDecide(ctx context.Context, b budget, p *plugin, rule string, cfg sdk.Config, r sdk.Request) (sdk.Decision, error) {
+	return safeRun(ctx, p, p.reg.HostUntil(rule, r.Subject, b.deadline), cfg, r)
+}
+
+// safeRun runs a plugin's Decide on host h and turns a panic into an
+// error.
+func safeRun(ctx context.Context, p *plugin, h sdk.Host, cfg sdk.Config, r sdk.Request) (d sdk.Decision, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("plugin %s panicked: %v", p.alg.Info().Name, v)
 		}
 	}()
-	return p.alg.Decide(ctx, p.reg.HostUntil(rule, r.Subject, b.deadline), cfg, r)
+	return p.alg.Decide(ctx, h, cfg, r)
 }
 
 // degrade applies the rule's failure policy to a decision that failed:

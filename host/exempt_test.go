@@ -85,3 +85,79 @@ func TestExemptReplacesAndDetailedMetric(t *testing.T) {
 		t.Fatalf("reset of an exempt rule: %d, %v; want nothing to do", n, err)
 	}
 }
+
+// countingObserver counts checks and outcomes.
+type countingObserver struct {
+	mu       sync.Mutex
+	checks   int
+	outcomes []host.Outcome
+}
+
+func (o *countingObserver) Decision(_, _ string, out host.Outcome, _ bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.outcomes = append(o.outcomes, out)
+}
+func (o *countingObserver) Check(time.Duration, bool) { o.mu.Lock(); o.checks++; o.mu.Unlock() }
+func (*countingObserver) Reload(error, int)           {}
+
+// TestDegradedExemptIsNotExempt: an exempt rule whose when cannot be
+// evaluated is a degraded decision, counted as one, not an exemption.
+func TestDegradedExemptIsNotExempt(t *testing.T) {
+	obs := &countingObserver{}
+	e := newEngineOpts(t, redistest.Start(t), `rules:
+  - name: office
+    when: int(attrs["n"]) > 0
+    exempt: true
+`, capability.Options{Timeout: 2 * time.Second}, func(o *host.Options) { o.Observer = obs })
+	res := e.Check(context.Background(), &host.CheckRequest{Attrs: map[string]string{"n": "abc"}, Hits: 1})
+	if len(res.Results) != 1 || res.Results[0].Exempt || res.Results[0].Degraded != host.DegradedAllow {
+		t.Fatalf("results %+v, want one degraded allow that is not exempt", res.Results)
+	}
+	if !slices.Equal(obs.outcomes, []host.Outcome{host.OutcomeDegradedAllow}) {
+		t.Fatalf("outcomes %v, want degraded_allow", obs.outcomes)
+	}
+}
+
+// TestCheckEachIsOneCheck: the parts of one request are one check for the
+// observer, and every part's rules are decisions.
+func TestCheckEachIsOneCheck(t *testing.T) {
+	obs := &countingObserver{}
+	e := newEngineOpts(t, redistest.Start(t), `rules:
+  - name: per-part
+    subject: attrs["k"]
+    plugin: fixedwindow
+    config: {limit: 5, window: 1h}
+`, capability.Options{Timeout: 2 * time.Second}, func(o *host.Options) { o.Observer = obs })
+	reqs := []*host.CheckRequest{{Attrs: map[string]string{"k": "a"}, Hits: 1}, {Attrs: map[string]string{"k": "b"}, Hits: 1}, {Attrs: map[string]string{"k": "c"}, Hits: 1}}
+	for _, res := range e.CheckEach(context.Background(), reqs) {
+		if !res.Allowed || len(res.Results) != 1 || res.Results[0].Remaining != 4 {
+			t.Fatalf("part %+v, want allowed with 4 remaining", res)
+		}
+	}
+	if obs.checks != 1 || len(obs.outcomes) != 3 {
+		t.Fatalf("%d checks and %d decisions observed, want 1 and 3", obs.checks, len(obs.outcomes))
+	}
+}
+
+// TestResetForgetsTheCachedDenial: after Reset, a subject the deny cache
+// held as denied is decided afresh, here and now.
+func TestResetForgetsTheCachedDenial(t *testing.T) {
+	e := newEngine(t, redistest.Start(t), `rules:
+  - name: one
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1, window: 1h}
+`, time.Second)
+	ctx := context.Background()
+	check(e, "192.0.2.7")
+	if res := check(e, "192.0.2.7"); res.Allowed {
+		t.Fatal("second request allowed with limit 1")
+	}
+	if _, err := e.Reset(ctx, "one", "192.0.2.7"); err != nil {
+		t.Fatal(err)
+	}
+	if res := check(e, "192.0.2.7"); !res.Allowed {
+		t.Fatalf("after reset: %+v, want allowed", res)
+	}
+}

@@ -153,8 +153,9 @@ func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key loca
 	if d.Reset > 0 {
 		age = min(age, d.Reset)
 	}
-	if !valid || now.Add(age).Before(l.expires) {
-		// Permits held from before keep their (earlier) end.
+	if !valid || held == 0 || now.Add(age).Before(l.expires) {
+		// Permits held from before keep their (earlier) end; a lease
+		// that held none starts afresh.
 		l.expires = now.Add(age)
 	}
 	l.sel, l.plugin = sel, p
@@ -202,15 +203,17 @@ func (l *lease) grant(hits int64, now time.Time) sdk.Decision {
 	return d
 }
 
-// takeOut empties the lease (its lock held) and returns a copy of what to
-// give back: its permits, when at least margin is left before it ends.
+// takeOut takes the lease's permits out (its lock held) and returns a
+// copy of them to give back, when there are some and at least margin is
+// left before the lease ends; otherwise it leaves them to be granted until
+// then and returns nil.
 func (l *lease) takeOut(now time.Time, margin time.Duration) *lease {
-	n := l.permits
-	l.permits = 0
-	if n <= 0 || !now.Add(margin).Before(l.expires) {
+	if l.permits <= 0 || !now.Add(margin).Before(l.expires) {
 		return nil
 	}
-	return &lease{plugin: l.plugin, sel: l.sel, permits: n, expires: l.expires}
+	cp := &lease{plugin: l.plugin, sel: l.sel, permits: l.permits, expires: l.expires}
+	l.permits = 0
+	return cp
 }
 
 // ReturnLeases gives the unexpired permits of every lease back to Redis,

@@ -117,3 +117,40 @@ func TestIdleLeasesGoBack(t *testing.T) {
 	}
 	t.Logf("returned %v after going idle", time.Since(start))
 }
+
+// TestBusyLeaseLosesNothingToTheSweeper: a subject used steadily while
+// ReturnIdleLeases runs keeps every leased unit: what Redis counts after
+// the leases go back is exactly what was admitted, across several lease
+// ages (MaxLeaseAge), and refills are few.
+func TestBusyLeaseLosesNothingToTheSweeper(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, `rules:
+  - name: leased
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 1000000, window: 1h}
+    lease: 50
+`, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.ReturnIdleLeases(ctx)
+	before := evalCalls(t, srv)
+	admitted := 0
+	for start := time.Now(); time.Since(start) < 2500*time.Millisecond; time.Sleep(2 * time.Millisecond) {
+		if check(e, "198.51.100.9").Allowed {
+			admitted++
+		}
+	}
+	calls := evalCalls(t, srv) - before
+	cancel()
+	e.ReturnLeases(context.Background())
+	peek := e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: "198.51.100.9"}, Hits: 0})
+	if got, want := peek.Results[0].Remaining, int64(1000000-admitted); got != want {
+		t.Fatalf("remaining %d after %d admissions, want %d: %d units lost", got, admitted, want, want-got)
+	}
+	// One refill per 50 admissions and one per lease age, give or take.
+	if limit := int64(admitted/50 + 3*3 + 5); calls > limit {
+		t.Fatalf("%d script calls for %d admissions, want at most %d", calls, admitted, limit)
+	}
+	t.Logf("%d admitted with %d script calls", admitted, calls)
+}

@@ -310,7 +310,9 @@ func descriptorStatus(res *host.Result, p host.RuleResult, ok bool) *rlsv3.RateL
 }
 
 // units are the Envoy units a window is expressed in, largest first. MONTH
-// and YEAR have no fixed length and are not used.
+// and YEAR are 30 and 365 days, as envoy ratelimit counts them (and as an
+// imported envoy config's windows are), so that a window written in them
+// is reported in them.
 var units = []struct {
 	unit rlsv3.RateLimitResponse_RateLimit_Unit
 	d    time.Duration

@@ -316,6 +316,10 @@ func TestRateLimitOf(t *testing.T) {
 		{2 * time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, 2},
 		{24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, 0},
 		{14 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK, 2},
+		{30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH, 0},
+		{60 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH, 2},
+		{31 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, 31},
+		{365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR, 0},
 	} {
 		rl := grpcapi.RateLimitOf("r", 5, tc.window)
 		if rl.Unit != tc.unit || rl.GetUnitMultiplier().GetValue() != tc.mult || rl.RequestsPerUnit != 5 || rl.Name != "r" {

@@ -139,6 +139,24 @@ func (c *DenyCache) Forget(key Key) {
 	s.mu.Unlock()
 }
 
+// ForgetRule drops every entry of one rule (its counters were cleared).
+func (c *DenyCache) ForgetRule(rule string) {
+	if c.entries.Load() == 0 {
+		return
+	}
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		for k := range s.m {
+			if k.Rule == rule {
+				delete(s.m, k)
+				c.entries.Add(-1)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
 // Clear forgets every entry (the rules changed).
 func (c *DenyCache) Clear() {
 	for i := range c.shards {

@@ -118,18 +118,31 @@ type Metrics struct {
 	lastReload  prometheus.Gauge
 	pools       *poolCollector
 
-	subjectSeries sync.Map     // rule + "\x00" + subject, the pairs counted by name
-	subjectCount  atomic.Int64 // entries of subjectSeries
-	rules         sync.Map     // rule name -> *ruleMetrics
-	plugins       sync.Map     // plugin name -> *pluginMetrics
-	nodes         sync.Map     // Redis master -> *nodeMetrics
-	engine        atomic.Pointer[Engine]
-	up            atomic.Bool
+	subjectCount atomic.Int64 // subjects with counters of their own, across rules (ruled_subject_decisions_total)
+	rules        sync.Map     // rule name -> *ruleMetrics
+	plugins      sync.Map     // plugin name -> *pluginMetrics
+	nodes        sync.Map     // Redis master -> *nodeMetrics
+	engine       atomic.Pointer[Engine]
+	up           atomic.Bool
 }
 
 type ruleMetrics struct {
 	outcomes  [len(outcomes)]prometheus.Counter
 	denyCache prometheus.Counter
+
+	// The per-subject counters of a rule with detailed_metric, created on
+	// first use (ruled_subject_decisions_total), and those of the subjects
+	// beyond MaxSubjectSeries.
+	subjectsMu sync.RWMutex
+	subjects   map[string]*subjectCounters
+	other      *subjectCounters
+}
+
+// subjectCounters are the counters of one subject label, by outcome (the
+// last for an outcome this version does not know), created on first use.
+type subjectCounters struct {
+	label    string
+	counters [len(outcomes) + 1]atomic.Pointer[prometheus.Counter]
 }
 
 type nodeMetrics struct {
@@ -366,18 +379,52 @@ const MaxSubjectSeries = 10_000
 // MaxSubjectSeries.
 const OtherSubject = "_other"
 
-// SubjectDecision implements host.SubjectObserver.
+// SubjectDecision implements host.SubjectObserver. A subject seen before
+// costs a map lookup under a read lock and an atomic load; the first
+// decision of a subject takes one of MaxSubjectSeries places, or counts
+// under OtherSubject when they are all taken.
 func (m *Metrics) SubjectDecision(rule, subject string, outcome host.Outcome) {
-	key := rule + "\x00" + subject
-	if _, ok := m.subjectSeries.Load(key); !ok {
-		if m.subjectCount.Add(1) > MaxSubjectSeries {
-			m.subjectCount.Add(-1)
-			subject = OtherSubject
-		} else if _, loaded := m.subjectSeries.LoadOrStore(key, struct{}{}); loaded {
-			m.subjectCount.Add(-1)
-		}
+	rm := m.rule(rule)
+	rm.subjectsMu.RLock()
+	sc := rm.subjects[subject]
+	rm.subjectsMu.RUnlock()
+	if sc == nil {
+		sc = m.newSubject(rm, subject)
 	}
-	m.subjects.WithLabelValues(rule, subject, string(outcome)).Inc()
+	i := outcomeIndex(outcome)
+	if i < 0 {
+		i = len(outcomes)
+	}
+	c := sc.counters[i].Load()
+	if c == nil {
+		counter := m.subjects.WithLabelValues(rule, sc.label, string(outcome))
+		sc.counters[i].CompareAndSwap(nil, &counter)
+		c = sc.counters[i].Load()
+	}
+	(*c).Inc()
+}
+
+// newSubject returns the counters of a subject first seen: its own, or
+// the rule's OtherSubject counters when MaxSubjectSeries are counted.
+func (m *Metrics) newSubject(rm *ruleMetrics, subject string) *subjectCounters {
+	rm.subjectsMu.Lock()
+	defer rm.subjectsMu.Unlock()
+	if sc := rm.subjects[subject]; sc != nil {
+		return sc
+	}
+	if m.subjectCount.Add(1) > MaxSubjectSeries {
+		m.subjectCount.Add(-1)
+		if rm.other == nil {
+			rm.other = &subjectCounters{label: OtherSubject}
+		}
+		return rm.other
+	}
+	if rm.subjects == nil {
+		rm.subjects = map[string]*subjectCounters{}
+	}
+	sc := &subjectCounters{label: subject}
+	rm.subjects[subject] = sc
+	return sc
 }
 
 // LeaseUnits implements host.LeaseObserver.
