@@ -7,16 +7,13 @@ import (
 )
 
 // NewLocal implements sdk.LocalAlgorithm: the model with the limit scaled to
-// this instance's share. A block (limit 0) stays a block: it is not scaled
-// up to sdk.ScaleLimit's floor of 1.
+// this instance's share. A block (limit 0) stays a block.
 func (Plugin) NewLocal(cfg sdk.Config, share float64) (sdk.LocalLimiter, error) {
 	c, ok := cfg.(Config)
 	if !ok {
 		return nil, fmt.Errorf("fixedwindow: config of type %T", cfg)
 	}
-	if c.Limit > 0 {
-		c.Limit = sdk.ScaleLimit(c.Limit, share)
-	}
+	c.Limit = sdk.ScaleLimit(c.Limit, share)
 	return NewModel(c), nil
 }
 

@@ -14,10 +14,10 @@ func (Plugin) NewLocal(cfg sdk.Config, share float64) (sdk.LocalLimiter, error) 
 	if !ok {
 		return nil, fmt.Errorf("sortedset: config of type %T", cfg)
 	}
-	c.Limit = scaleLimit(c.Limit, share)
+	c.Limit = sdk.ScaleLimit(c.Limit, share)
 	also := make([]Rate, len(c.Also))
 	for i, r := range c.Also {
-		also[i] = Rate{Limit: scaleLimit(r.Limit, share), Window: r.Window}
+		also[i] = Rate{Limit: sdk.ScaleLimit(r.Limit, share), Window: r.Window}
 	}
 	c.Also = also
 	if share > 0 && share < 1 {
@@ -28,12 +28,3 @@ func (Plugin) NewLocal(cfg sdk.Config, share float64) (sdk.LocalLimiter, error) 
 }
 
 var _ sdk.LocalAlgorithm = Plugin{}
-
-// scaleLimit is sdk.ScaleLimit, except that a limit of 0 (a block) stays 0
-// instead of being raised to the floor of 1.
-func scaleLimit(limit int64, share float64) int64 {
-	if limit == 0 {
-		return 0
-	}
-	return sdk.ScaleLimit(limit, share)
-}
