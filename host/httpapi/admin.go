@@ -69,10 +69,11 @@ func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) a
 			writeJSON(w, http.StatusOK, stats(r.Context()))
 		}))
 	}
-	s.mountCounters(a, readOnly, guard, token)
+	s.mountCounters(a, readOnly)
 	if token == "" {
 		return
 	}
+	s.mountClearCounters(a, guard)
 	s.mux.HandleFunc("POST /v1/admin/reload", guard(func(w http.ResponseWriter, r *http.Request) {
 		n, err := a.Reload()
 		if err != nil {
@@ -98,16 +99,27 @@ func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) a
 			return
 		}
 		n, err := a.Reset(r.Context(), body.Rule, body.Subject)
-		if errors.Is(err, host.ErrNoRule) {
-			writeError(w, &Error{Status: http.StatusNotFound, Code: "unknown_rule", Message: err.Error()})
-			return
-		}
-		if err != nil {
-			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "reset_failed", Message: err.Error()})
+		if e := adminError(err, "reset_failed"); e != nil {
+			writeError(w, e)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"deleted_keys": n})
 	}))
+}
+
+// adminError is the answer for an error of an admin call on one rule
+// (Reset, Counters, ClearCounters): nil for none, 404 unknown_rule for a
+// rule that does not exist, 400 for a bad cursor, else 503 with code.
+func adminError(err error, code string) *Error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, host.ErrNoRule):
+		return &Error{Status: http.StatusNotFound, Code: "unknown_rule", Message: err.Error()}
+	case errors.Is(err, host.ErrBadCursor):
+		return newBadRequest("invalid_field", "cursor: not a next_cursor of this endpoint")
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Code: code, Message: err.Error()}
 }
 
 type statusAnswer struct {

@@ -1,9 +1,9 @@
 package httpapi
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/ruled-dev/ruled/host"
@@ -33,8 +33,8 @@ type countersAnswer struct {
 }
 
 // mountCounters adds GET /v1/admin/counters behind read (the token, or
-// loopback-only without one) and, with a token, DELETE behind guard.
-func (s *Server) mountCounters(a Admin, read, guard func(http.HandlerFunc) http.HandlerFunc, token string) {
+// loopback-only without one).
+func (s *Server) mountCounters(a Admin, read func(http.HandlerFunc) http.HandlerFunc) {
 	s.mux.HandleFunc("GET /v1/admin/counters", read(func(w http.ResponseWriter, r *http.Request) {
 		q, e := counterQuery(r, "rule", "cursor", "limit")
 		if e != nil {
@@ -51,7 +51,7 @@ func (s *Server) mountCounters(a Admin, read, guard func(http.HandlerFunc) http.
 			limit = n
 		}
 		page, err := a.Counters(r.Context(), q.Get("rule"), q.Get("cursor"), limit)
-		if e := counterError(err, "counters_failed"); e != nil {
+		if e := adminError(err, "counters_failed"); e != nil {
 			writeError(w, e)
 			return
 		}
@@ -66,9 +66,11 @@ func (s *Server) mountCounters(a Admin, read, guard func(http.HandlerFunc) http.
 		}
 		writeJSON(w, http.StatusOK, ans)
 	}))
-	if token == "" {
-		return
-	}
+}
+
+// mountClearCounters adds DELETE /v1/admin/counters behind guard (the
+// token: it is mounted only with one).
+func (s *Server) mountClearCounters(a Admin, guard func(http.HandlerFunc) http.HandlerFunc) {
 	s.mux.HandleFunc("DELETE /v1/admin/counters", guard(func(w http.ResponseWriter, r *http.Request) {
 		q, e := counterQuery(r, "rule")
 		if e != nil {
@@ -76,7 +78,7 @@ func (s *Server) mountCounters(a Admin, read, guard func(http.HandlerFunc) http.
 			return
 		}
 		n, err := a.ClearCounters(r.Context(), q.Get("rule"))
-		if e := counterError(err, "clear_failed"); e != nil {
+		if e := adminError(err, "clear_failed"); e != nil {
 			writeError(w, e)
 			return
 		}
@@ -92,11 +94,7 @@ func counterQuery(r *http.Request, allowed ...string) (url.Values, *Error) {
 		return nil, newBadRequest("invalid_field", "query: %v", err)
 	}
 	for name, vals := range q {
-		known := false
-		for _, a := range allowed {
-			known = known || a == name
-		}
-		if !known {
+		if !slices.Contains(allowed, name) {
 			return nil, newBadRequest("unknown_field", "unknown query parameter %s", name)
 		}
 		if len(vals) > 1 {
@@ -107,19 +105,4 @@ func counterQuery(r *http.Request, allowed ...string) (url.Values, *Error) {
 		return nil, newBadRequest("invalid_field", "rule: required")
 	}
 	return q, nil
-}
-
-// counterError is the answer for an error of Counters or ClearCounters:
-// nil for none, 404 for an unknown rule, 400 for a bad cursor, else 503
-// with code.
-func counterError(err error, code string) *Error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, host.ErrNoRule):
-		return &Error{Status: http.StatusNotFound, Code: "unknown_rule", Message: err.Error()}
-	case errors.Is(err, host.ErrBadCursor):
-		return newBadRequest("invalid_field", "cursor: not a next_cursor of this endpoint")
-	}
-	return &Error{Status: http.StatusServiceUnavailable, Code: code, Message: err.Error()}
 }

@@ -138,17 +138,22 @@ func jsonError(err error) *Error {
 
 // fieldPath writes a JSON pointer as the quoted field name the error
 // messages use: /request/ip is "request.ip", /checks/3/hits "checks[3].hits".
+// Only the array fields of the bodies, the top-level "checks" and
+// "returns", have indices; every other token is a name, all-digit map keys
+// too (/attrs/7 is "attrs.7").
 func fieldPath(p jsontext.Pointer) string {
 	var b strings.Builder
+	prev, n := "", 0
 	for tok := range p.Tokens() {
-		if _, err := strconv.ParseUint(tok, 10, 31); err == nil && b.Len() > 0 {
-			b.WriteString("[" + tok + "]") // an index: only arrays have all-digit names here
-			continue
+		switch {
+		case n == 1 && (prev == "checks" || prev == "returns"):
+			b.WriteString("[" + tok + "]")
+		case n > 0:
+			b.WriteString("." + tok)
+		default:
+			b.WriteString(tok)
 		}
-		if b.Len() > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(tok)
+		prev, n = tok, n+1
 	}
 	return strconv.Quote(b.String())
 }

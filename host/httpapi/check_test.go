@@ -61,6 +61,10 @@ func TestBadInputGets400WithAReason(t *testing.T) {
 		{"name in another case", `{"HITS": 2}`, "unknown_field", `"HITS"`},
 		{"invalid UTF-8", "{\"dedup_id\": \"\xff\"}", "invalid_json", `in "dedup_id"`},
 		{"attrs value number", `{"attrs": {"a": 1}}`, "invalid_field", "attrs.a: want a string, got a number"},
+		// An all-digit map key is a name, not an array index.
+		{"attrs digit key", `{"attrs": {"7": 1}}`, "invalid_field", "attrs.7: want a string, got a number"},
+		{"headers digit key", `{"request": {"headers": {"12": true}}}`, "invalid_field", "request.headers.12: want a string"},
+		{"duplicate digit key", `{"attrs": {"7": "a", "7": "b"}}`, "invalid_json", `duplicate field "attrs.7"`},
 		{"array body", `[1,2]`, "invalid_field", "want an object"},
 		{"long dedup", `{"dedup_id": "` + strings.Repeat("x", 300) + `"}`, "invalid_field", "dedup_id"},
 		{"10 MB", `{"attrs": {"a": "` + strings.Repeat("x", 10<<20) + `"}}`, "body_too_large", "larger than"},
@@ -191,5 +195,23 @@ func TestReadyz(t *testing.T) {
 	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("ready: %d", rec.Code)
+	}
+}
+
+// TestBatchFieldPaths: the array of a batch is indexed in messages, the
+// maps inside its checks are not.
+func TestBatchFieldPaths(t *testing.T) {
+	srv := New(Options{Checker: &recorder{}})
+	for body, want := range map[string]string{
+		`{"checks": [{}, {"hits": "x"}]}`:               `checks[1].hits: want an integer, got a string`,
+		`{"checks": [{"attrs": {"7": 1}}]}`:             `checks[0].attrs.7: want a string, got a number`,
+		`{"checks": [{}, {}, {"request": {"ipp": 1}}]}`: `unknown field "checks[2].request.ipp"`,
+	} {
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check/batch", strings.NewReader(body)))
+		var e struct{ Error Error }
+		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || w.Code != http.StatusBadRequest || e.Error.Message != want {
+			t.Errorf("%s: %d %s, want 400 %q", body, w.Code, w.Body, want)
+		}
 	}
 }

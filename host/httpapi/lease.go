@@ -59,7 +59,18 @@ func (t *leaseTicket) encode() string {
 	return base64.RawURLEncoding.EncodeToString(data)
 }
 
-func decodeTicket(s string) (*leaseTicket, error) {
+// ticketClockSlack is how far past now + host.ClientLeaseTTL a lease's
+// deadline may be: room for the wall clock to step back, or for another
+// instance's clock, between the lease and its return.
+const ticketClockSlack = 100 * time.Millisecond
+
+// decodeTicket reads a lease string and checks that it holds together:
+// permits within 0 to host.MaxClientLease, each hold's units within 1 to
+// the permits, and a deadline no later than a lease taken now would have.
+// The string is not signed: a client can still forge one that passes, and
+// is trusted not to (a forged return refunds at most its holds' units, to
+// rules that still match its request).
+func decodeTicket(s string, now time.Time) (*leaseTicket, error) {
 	data, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return nil, fmt.Errorf("not a lease this API gave: %w", err)
@@ -70,6 +81,15 @@ func decodeTicket(s string) (*leaseTicket, error) {
 	}
 	if t.Permits < 0 || t.Permits > host.MaxClientLease {
 		return nil, fmt.Errorf("not a lease this API gave: permits %d", t.Permits)
+	}
+	for i, h := range t.Holds {
+		if h.Taken < 1 || h.Taken > t.Permits {
+			return nil, fmt.Errorf("not a lease this API gave: hold %d took %d units of a lease of %d permits", i, h.Taken, t.Permits)
+		}
+	}
+	if latest := now.Add(host.ClientLeaseTTL + ticketClockSlack).UnixMicro(); t.Deadline > latest {
+		return nil, fmt.Errorf("not a lease this API gave: its deadline is %v after now, more than a lease's %v",
+			time.Duration(t.Deadline-now.UnixMicro())*time.Microsecond, host.ClientLeaseTTL)
 	}
 	return &t, nil
 }
@@ -103,7 +123,16 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 		res := host.Result{Allowed: l.Permits > 0, RetryAfter: l.RetryAfter, Results: l.Results}
 		a.Results = encodeResult(&res).Results
 		SetRateLimitHeaders(w.Header(), &res)
+		// A lease the rules deny is still a 200: its retry-after is the
+		// body's retry_after_ms, and Retry-After belongs to 429 and 503.
+		w.Header().Del(headerRetryAfter)
 		if holds := l.Holds(); l.Permits > 0 && len(holds) > 0 {
+			// A rule whose surplus could not be refunded at once counted
+			// more than the lease's permits; a return gives back at most
+			// the permits' unused ones.
+			for i := range holds {
+				holds[i].Taken = min(holds[i].Taken, l.Permits)
+			}
 			t := leaseTicket{Deadline: start.Add(l.TTL).UnixMicro(), Permits: l.Permits, Holds: holds}
 			a.Lease = t.encode()
 		}
@@ -136,8 +165,9 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rets := make([]*host.LeaseReturn, len(body.Returns))
+	now := time.Now()
 	for i, b := range body.Returns {
-		t, err := decodeTicket(b.Lease)
+		t, err := decodeTicket(b.Lease, now)
 		if err != nil {
 			writeError(w, newBadRequest("invalid_field", "returns[%d].lease: %v", i, err))
 			return

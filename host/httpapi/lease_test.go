@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -139,5 +140,88 @@ func TestLateLeaseReturnIsRefused(t *testing.T) {
 	}
 	if got := f.remaining(t, "192.0.2.13"); got != 90 {
 		t.Fatalf("remaining %d, want 90: a late return gives nothing back", got)
+	}
+}
+
+// A lease answer carries RateLimit-Policy and RateLimit (the Go client
+// keeps the policy for its leased answers) but never Retry-After: it is a
+// 200 even when the rules deny, with the retry-after in its body.
+func TestLeaseAnswerHeaders(t *testing.T) {
+	f := newLeaseFixture(t, time.Second)
+	body := `{"request":{"ip":"192.0.2.14"},"permits":40}`
+	for i, want := range []struct {
+		permits   int64
+		rateLimit string
+	}{
+		{40, `"per-ip";r=60;t=`},
+		{40, `"per-ip";r=20;t=`},
+		{20, `"per-ip";r=0;t=`},
+		{0, `"per-ip";r=0;t=`}, // denied: the denying rule, t its retry-after
+	} {
+		resp, text := f.do(t, http.MethodPost, "/v1/lease", "", body, nil)
+		var l leaseReply
+		if err := json.Unmarshal([]byte(text), &l); err != nil || resp.StatusCode != http.StatusOK || l.Permits != want.permits {
+			t.Fatalf("lease %d: %d %s, want 200 with %d permits", i, resp.StatusCode, text, want.permits)
+		}
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"per-ip";q=100;w=3600` {
+			t.Errorf("lease %d: RateLimit-Policy %q", i, got)
+		}
+		if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, want.rateLimit) {
+			t.Errorf("lease %d: RateLimit %q, want %s...", i, got, want.rateLimit)
+		}
+		if got := resp.Header.Values("Retry-After"); len(got) != 0 {
+			t.Errorf("lease %d: Retry-After %q on a 200 (retry_after_ms is %d)", i, got, l.RetryAfterMS)
+		}
+		if want.permits == 0 && l.RetryAfterMS <= 0 {
+			t.Errorf("lease %d: denied with retry_after_ms %d", i, l.RetryAfterMS)
+		}
+	}
+}
+
+// forgeLease writes a lease string as this API encodes them.
+func forgeLease(t *testing.T, deadline time.Time, permits int64, taken ...int64) string {
+	t.Helper()
+	type hold struct {
+		Rule, Subject string
+		Taken         int64
+	}
+	tk := struct {
+		D int64  `json:"d"`
+		P int64  `json:"p"`
+		H []hold `json:"h"`
+	}{D: deadline.UnixMicro(), P: permits}
+	for _, n := range taken {
+		tk.H = append(tk.H, hold{Rule: "per-ip", Subject: "192.0.2.15", Taken: n})
+	}
+	b, err := json.Marshal(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// A lease string that does not hold together is refused with 400 and
+// gives nothing back: holds beyond the lease's permits, or a deadline no
+// lease taken now could have.
+func TestForgedLeaseIsRefused(t *testing.T) {
+	f := newLeaseFixture(t, time.Second)
+	if l := f.lease(t, `{"request":{"ip":"192.0.2.15"},"permits":10}`); l.Permits != 10 {
+		t.Fatalf("lease %+v", l)
+	}
+	soon := time.Now().Add(500 * time.Millisecond)
+	for _, tc := range []struct{ name, lease, want string }{
+		{"hold over the permits", forgeLease(t, soon, 10, 10, 90), "hold 1 took 90 units of a lease of 10 permits"},
+		{"empty hold", forgeLease(t, soon, 10, 0), "hold 0 took 0 units"},
+		{"negative hold", forgeLease(t, soon, 10, -5), "hold 0 took -5 units"},
+		{"deadline an hour on", forgeLease(t, time.Now().Add(time.Hour), 10, 10), "its deadline is"},
+	} {
+		ret := fmt.Sprintf(`{"returns":[{"request":{"ip":"192.0.2.15"},"lease":%q,"unused":10}]}`, tc.lease)
+		resp, text := f.do(t, http.MethodPost, "/v1/lease/return", "", ret, nil)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(text, "returns[0].lease: not a lease this API gave: "+tc.want) {
+			t.Errorf("%s: %d %s, want 400 with %q", tc.name, resp.StatusCode, text, tc.want)
+		}
+	}
+	if got := f.remaining(t, "192.0.2.15"); got != 90 {
+		t.Fatalf("remaining %d after the forged returns, want 90: nothing given back", got)
 	}
 }

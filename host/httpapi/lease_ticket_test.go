@@ -1,0 +1,71 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+// fixedLeaser answers every lease with lease.
+type fixedLeaser struct {
+	recorder
+	lease host.ClientLease
+}
+
+func (f *fixedLeaser) Lease(context.Context, *host.LeaseRequest) (host.ClientLease, error) {
+	return f.lease, nil
+}
+
+func (f *fixedLeaser) ReturnLease(context.Context, *host.LeaseReturn) (int64, error) { return 0, nil }
+
+// A rule whose surplus could not be refunded counted more than the lease's
+// permits: the lease string holds at most the permits for it, so that the
+// API takes its own lease back and a return refunds at most what went
+// unused.
+func TestLeaseTicketHoldsAtMostThePermits(t *testing.T) {
+	l := &fixedLeaser{lease: host.ClientLease{Leasable: true, Permits: 5, MaxPermits: 10, TTL: time.Second,
+		Results: []host.RuleResult{
+			{Rule: "a", Subject: "s", Plugin: "fixedwindow", Decision: sdk.Decision{Allowed: true, Granted: 8, Limit: 100, Remaining: 92}},
+			{Rule: "b", Subject: "s", Plugin: "fixedwindow", Decision: sdk.Decision{Allowed: true, Granted: 5, Limit: 5, Remaining: 0}},
+		}}}
+	w := httptest.NewRecorder()
+	New(Options{Checker: l}).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/lease", strings.NewReader(`{"permits": 10}`)))
+	var a leaseAnswer
+	if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil || w.Code != http.StatusOK || a.Lease == "" {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	tk, err := decodeTicket(a.Lease, time.Now())
+	if err != nil {
+		t.Fatalf("the API refuses its own lease: %v", err)
+	}
+	if tk.Permits != 5 || len(tk.Holds) != 2 || tk.Holds[0].Taken != 5 || tk.Holds[1].Taken != 5 {
+		t.Fatalf("ticket %+v, want 5 permits and holds of 5", tk)
+	}
+}
+
+// The deadline of a lease string may be up to a lease's TTL ahead, with
+// the clock slack, and no more.
+func TestLeaseTicketDeadline(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		ahead time.Duration
+		ok    bool
+	}{
+		{-time.Hour, true}, // long past: a late return, refused as late, not as bad input
+		{host.ClientLeaseTTL, true},
+		{host.ClientLeaseTTL + ticketClockSlack, true},
+		{host.ClientLeaseTTL + ticketClockSlack + time.Millisecond, false},
+	} {
+		tk := leaseTicket{Deadline: now.Add(tc.ahead).UnixMicro(), Permits: 3, Holds: []host.LeaseHold{{Rule: "r", Subject: "s", Taken: 3}}}
+		if _, err := decodeTicket(tk.encode(), now); (err == nil) != tc.ok {
+			t.Errorf("deadline %v ahead: err %v, want ok %v", tc.ahead, err, tc.ok)
+		}
+	}
+}
