@@ -15,6 +15,7 @@ import (
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/process"
 	"github.com/ruled-dev/ruled/host/wasm"
+	"github.com/ruled-dev/ruled/internal/envoyimport"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
@@ -114,13 +115,10 @@ type reportNote struct {
 	Message string `json:"message"`
 }
 
-// checkNote is a remark on valid rule files: what check could not validate.
-type checkNote struct {
-	Pos     rules.Position
-	Message string
-}
-
-func (n checkNote) String() string { return fmt.Sprintf("%s: note: %s", n.Pos, n.Message) }
+// note is a remark on input without errors: what check could not
+// validate, what import approximates. It prints as
+// `file:line:col: note: message`.
+type note = envoyimport.Note
 
 func check(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", stderr)
@@ -154,7 +152,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, n)
 	}
 	if err != nil {
-		printRuleErrors(stderr, err)
+		printRuleErrors(stderr, err, "")
 		return 1
 	}
 	fmt.Fprintf(stdout, "ok: %d rules in %s\n", len(set.Rules()), path)
@@ -163,15 +161,21 @@ func check(args []string, stdout, stderr io.Writer) int {
 
 // newCheckReport is the JSON report of a check of path: the loaded set, or
 // err, the load error, with every error in it positioned as far as known.
-func newCheckReport(path string, set *rules.Set, notes []checkNote, err error) checkReport {
-	rep := checkReport{OK: err == nil, Path: path, Errors: reportErrors(err), Notes: []reportNote{}}
+func newCheckReport(path string, set *rules.Set, notes []note, err error) checkReport {
+	rep := checkReport{OK: err == nil, Path: path, Errors: reportErrors(err), Notes: reportNotes(notes)}
 	if err == nil && set != nil {
 		rep.Rules = len(set.Rules())
 	}
-	for _, n := range notes {
-		rep.Notes = append(rep.Notes, reportNote{File: n.Pos.File, Line: n.Pos.Line, Col: n.Pos.Column, Message: n.Message})
-	}
 	return rep
+}
+
+// reportNotes lists notes for a JSON report, [] for none.
+func reportNotes(notes []note) []reportNote {
+	out := []reportNote{}
+	for _, n := range notes {
+		out = append(out, reportNote{File: n.Pos.File, Line: n.Pos.Line, Col: n.Pos.Column, Message: n.Message})
+	}
+	return out
 }
 
 // reportErrors lists the errors of a load error, [] for none. An error
@@ -208,7 +212,7 @@ func writeJSON(w io.Writer, v any) error {
 // checked as far as that goes (checkPlugin) and stands in the catalog as a
 // plugin that accepts any config, so that its rules are checked all the
 // same but for their config; a note per such plugin says so.
-func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []checkNote, error) {
+func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []note, error) {
 	files, err := rules.Parse(path)
 	if files == nil {
 		return nil, nil, err
@@ -221,7 +225,7 @@ func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []checkN
 	wopts, _ := wasmOptions(log, pluginCallTimeout(capability.DefaultTimeout), "")
 	load := pluginLoader(log, wopts, nil)
 	var loaded []sdk.Algorithm
-	var notes []checkNote
+	var notes []note
 	loadErrs := host.LoadDeclared(files.Plugins(), func(name string) bool { _, ok := cat[name]; return ok },
 		func(d rules.PluginDecl) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -231,7 +235,7 @@ func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []checkN
 					return err
 				}
 				cat[d.Name] = unstarted{name: d.Name}
-				notes = append(notes, checkNote{Pos: d.Pos, Message: fmt.Sprintf(
+				notes = append(notes, note{Pos: d.Pos, Message: fmt.Sprintf(
 					"plugin %q was not started: the config and lease of its rules are not validated (ruled check --start-plugins runs it to validate it)", d.Name)})
 				return nil
 			}
@@ -287,14 +291,18 @@ func (u unstarted) Decide(context.Context, sdk.Host, sdk.Config, sdk.Request) (s
 	return sdk.Decision{}, fmt.Errorf("plugin %s was not started", u.name)
 }
 
-// printRuleErrors prints a load error: one line per positioned error.
-func printRuleErrors(w io.Writer, err error) {
+// printRuleErrors prints a load error: one line per positioned error,
+// then their count, followed by "; " and outcome unless outcome is "".
+func printRuleErrors(w io.Writer, err error, outcome string) {
 	var list rules.ErrorList
 	if errors.As(err, &list) {
 		for _, e := range list {
 			fmt.Fprintln(w, e.Error())
 		}
-		fmt.Fprintf(w, "%d error(s)\n", len(list))
+		if outcome != "" {
+			outcome = "; " + outcome
+		}
+		fmt.Fprintf(w, "%d error(s)%s\n", len(list), outcome)
 		return
 	}
 	fmt.Fprintln(w, err)

@@ -57,12 +57,14 @@ Shows which rules match a check, with their subjects, plugins and resolved confi
   --format FORMAT   text (the default): one line a rule, then the rules applied; json: the trace
                     as one JSON object (env RULED_FORMAT):
                       {"hits": number,
-                       "rules": [{"rule", "file", "line", "plugin", "matched", "skipped", "subject",
-                                  "config", "shadow", "stop", "on_error", "error"}],
+                       "rules": [{"rule", "file", "line", "plugin", "matched", "skipped",
+                                  "replaced_by", "exempt", "subject", "config", "shadow", "stop",
+                                  "on_error", "error"}],
                        "applied": [rule names]}
-                    in rule order; file is relative to PATH; skipped, subject, config, shadow,
-                    stop and error are left out when false or empty. When the rule files do not
-                    load, the output is ruled check --format json's instead.
+                    in rule order; file is relative to PATH; skipped, replaced_by, exempt,
+                    subject, config, shadow, stop and error are left out when false or empty.
+                    When the rule files do not load, the output is ruled check --format json's
+                    instead.
 
 Exit status: 0 every rule evaluated; 1 the rule files do not load; 2 usage error or an
 input that is not a /v1/check body; 3 a rule failed to evaluate for this input (its error
@@ -105,7 +107,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "ruled eval: %v\n", werr)
 			}
 		} else {
-			printRuleErrors(stderr, err)
+			printRuleErrors(stderr, err, "")
 		}
 		return evalBadRules
 	}

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
+	"strings"
 
 	"github.com/ruled-dev/ruled/internal/envoyimport"
+	"github.com/ruled-dev/ruled/rules"
 )
 
 const importUsage = `Usage: ruled import envoy PATH -o DIR [--force] [--format text|json]
@@ -22,14 +23,15 @@ docs/rules.md, "Importing Envoy ratelimit configs", says how and where ruled and
   --format FORMAT   text (the default): notes and "wrote ..." on stdout, one error a line on
                     stderr; json: one JSON object on stdout, errors or not (env RULED_FORMAT):
                       {"ok": bool, "path": string, "out": string,
-                       "files": [{"file", "source", "domain", "rules"}],
+                       "files": [{"file", "source", "domain", "rules"}] (the files written),
                        "errors": [{"file", "line", "col", "rule", "code", "message"}],
                        "notes": [{"file", "line", "col", "message"}]}
                     line and col are 1-based, 0 when unknown; rule is always ""; code is one of
                     read, yaml, unknown-field, duplicate-field, missing-field, bad-value,
                     duplicate-domain, duplicate-descriptor, untranslatable, exists, write
 
-Exit status: 0 the files were written, 1 errors (nothing written), 2 usage error.
+Exit status: 0 the files were written, 1 errors (nothing written, unless renaming the files into
+place failed part way: then the output says which were), 2 usage error.
 `
 
 // importReport is the output of ruled import envoy --format json. Its
@@ -86,29 +88,16 @@ func importEnvoy(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	path := pos[0]
-	rep := importReport{Path: path, Out: *out, Files: []importFile{}, Errors: []reportError{}, Notes: []reportNote{}}
 
-	files, notes, errs := translateEnvoy(path)
-	if len(errs) == 0 {
-		if err := envoyimport.Write(*out, files, *force); err != nil {
-			code := "write"
-			if errors.Is(err, envoyimport.ErrExist) {
-				code = "exists"
-			}
-			errs = append(errs, &envoyimport.Error{Code: code, Message: err.Error()})
-		}
+	files, notes, err := translateEnvoy(path)
+	var written []string
+	if err == nil {
+		written, err = writeEnvoy(*out, files, *force)
 	}
-	rep.OK = len(errs) == 0
-	for _, e := range errs {
-		rep.Errors = append(rep.Errors, reportError{File: e.Pos.File, Line: e.Pos.Line, Col: e.Pos.Column, Code: e.Code, Message: e.Message})
-	}
-	for _, n := range notes {
-		rep.Notes = append(rep.Notes, reportNote{File: n.Pos.File, Line: n.Pos.Line, Col: n.Pos.Column, Message: n.Message})
-	}
-	if rep.OK {
-		for _, f := range files {
-			rep.Files = append(rep.Files, importFile{File: filepath.Join(*out, f.Name), Source: f.Source, Domain: f.Domain, Rules: f.Rules})
-		}
+	rep := importReport{OK: err == nil, Path: path, Out: *out, Files: []importFile{}, Errors: reportErrors(err), Notes: reportNotes(notes)}
+	for i, p := range written { // the first files, in order
+		f := files[i]
+		rep.Files = append(rep.Files, importFile{File: p, Source: f.Source, Domain: f.Domain, Rules: f.Rules})
 	}
 
 	if format == formatJSON {
@@ -120,11 +109,12 @@ func importEnvoy(args []string, stdout, stderr io.Writer) int {
 		for _, n := range notes {
 			fmt.Fprintln(stdout, n)
 		}
-		for _, e := range errs {
-			fmt.Fprintln(stderr, e.Error())
-		}
-		if len(errs) > 0 {
-			fmt.Fprintf(stderr, "%d error(s); nothing written\n", len(errs))
+		if err != nil {
+			outcome := "nothing written"
+			if len(written) > 0 {
+				outcome = fmt.Sprintf("only %d of %d files written: %s", len(written), len(files), strings.Join(written, ", "))
+			}
+			printRuleErrors(stderr, err, outcome)
 		}
 		for _, f := range rep.Files {
 			fmt.Fprintf(stdout, "wrote %s: %d rules for domain %q (from %s)\n", f.File, f.Rules, f.Domain, f.Source)
@@ -140,21 +130,33 @@ func importEnvoy(args []string, stdout, stderr io.Writer) int {
 }
 
 // translateEnvoy reads and translates the envoy config files at path,
-// returning every error at once: unreadable files and translation errors.
-func translateEnvoy(path string) ([]envoyimport.File, []envoyimport.Note, envoyimport.ErrorList) {
-	srcs, err := envoyimport.ReadSources(path)
-	var errs envoyimport.ErrorList
-	if err != nil && !errors.As(err, &errs) {
-		return nil, nil, envoyimport.ErrorList{{Pos: envoyimport.Position{File: path}, Code: envoyimport.CodeRead, Message: err.Error()}}
-	}
-	files, notes, err := envoyimport.Translate(srcs)
+// returning every error at once, as a rules.ErrorList: unreadable files
+// and translation errors.
+func translateEnvoy(path string) ([]envoyimport.File, []envoyimport.Note, error) {
+	srcs, rerr := envoyimport.ReadSources(path)
+	files, notes, terr := envoyimport.Translate(srcs)
 	var more envoyimport.ErrorList
-	if errors.As(err, &more) {
-		errs = append(errs, more...)
-	}
-	if len(errs) > 0 {
-		errs.Err() // sorts
-		return nil, nil, errs
+	errors.As(terr, &more)
+	if err := rules.Merge(rerr, more); err != nil {
+		return nil, nil, err
 	}
 	return files, notes, nil
+}
+
+// writeEnvoy writes the translated files into dir (envoyimport.Write) and
+// returns the paths of those it put in place, and its error as a
+// rules.ErrorList.
+func writeEnvoy(dir string, files []envoyimport.File, force bool) ([]string, error) {
+	written, err := envoyimport.Write(dir, files, force)
+	if err == nil {
+		return written, nil
+	}
+	var e *envoyimport.Error
+	if !errors.As(err, &e) {
+		e = &envoyimport.Error{Code: envoyimport.CodeWrite, Message: err.Error()}
+	}
+	if e.Code == envoyimport.CodeExist {
+		e.Message += " (--force overwrites)"
+	}
+	return written, envoyimport.ErrorList{e}
 }

@@ -200,3 +200,67 @@ descriptors:
 		t.Errorf("limit override of 1 a day: got %s, want OX", got)
 	}
 }
+
+// TestImportEnvoyWriteErrors: a path without config files is reported
+// once; the errors of writing carry the codes exists and write; and when a
+// rename fails after others landed, the output says which files did.
+func TestImportEnvoyWriteErrors(t *testing.T) {
+	empty := t.TempDir()
+	code, _, stderr := runImport("envoy", empty, "-o", filepath.Join(t.TempDir(), "out"))
+	if code != 1 || strings.Count(stderr, empty) != 1 || !strings.Contains(stderr, empty+": no *.yaml or *.yml files\n") {
+		t.Fatalf("empty dir: exit %d\n%s", code, stderr)
+	}
+
+	src := t.TempDir()
+	writeFile(t, src, "sms.yaml", envoySMS)
+	writeFile(t, src, "edge.yml", "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	jsonImport := func(args ...string) (int, importReport) {
+		t.Helper()
+		code, stdout, _ := runImport(append([]string{"envoy", "--format", "json", src}, args...)...)
+		var rep importReport
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("json: %v\n%s", err, stdout)
+		}
+		return code, rep
+	}
+
+	// exists: without --force, a file of the same name.
+	out := t.TempDir()
+	writeFile(t, out, "sms.yaml", "# mine\n")
+	code, rep := jsonImport("-o", out)
+	if code != 1 || rep.OK || len(rep.Errors) != 1 || rep.Errors[0].Code != "exists" ||
+		!strings.Contains(rep.Errors[0].Message, filepath.Join(out, "sms.yaml")) ||
+		!strings.Contains(rep.Errors[0].Message, "(--force overwrites)") || len(rep.Files) != 0 {
+		t.Fatalf("exists: exit %d, %+v", code, rep)
+	}
+
+	// write: -o is a file.
+	notDir := writeFile(t, t.TempDir(), "file", "x")
+	code, rep = jsonImport("-o", notDir)
+	if code != 1 || rep.OK || len(rep.Errors) != 1 || rep.Errors[0].Code != "write" || len(rep.Files) != 0 {
+		t.Fatalf("write: exit %d, %+v", code, rep)
+	}
+	code, _, stderr = runImport("envoy", src, "-o", notDir)
+	if code != 1 || !strings.Contains(stderr, "1 error(s); nothing written\n") {
+		t.Fatalf("write, text: exit %d\n%s", code, stderr)
+	}
+
+	// A rename that fails (onto a directory) after edge.yaml landed.
+	out = t.TempDir()
+	if err := os.Mkdir(filepath.Join(out, "sms.yaml"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(out, "sms.yaml"), "keep", "x")
+	edge := filepath.Join(out, "edge.yaml")
+	code, rep = jsonImport("--force", "-o", out)
+	if code != 1 || rep.OK || len(rep.Errors) != 1 || rep.Errors[0].Code != "write" ||
+		len(rep.Files) != 1 || rep.Files[0].File != edge || rep.Files[0].Domain != "edge" {
+		t.Fatalf("partial: exit %d, %+v", code, rep)
+	}
+	code, stdout, stderr := runImport("envoy", "--force", src, "-o", out)
+	if code != 1 || strings.Contains(stderr, "nothing written") ||
+		!strings.Contains(stderr, "1 error(s); only 1 of 2 files written: "+edge+"\n") ||
+		!strings.Contains(stdout, "wrote "+edge+": 2 rules") {
+		t.Fatalf("partial, text: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+}

@@ -31,7 +31,8 @@ Usage:
   ruled eval --rules PATH --input F [--format F]   trace which rules match a /v1/check body (no Redis)
   ruled plugin build DIR -o F.wasm                 build a Go plugin package as a Wasm module
   ruled plugin inspect F.wasm                      print a module's name, version, scripts, commands and sha256
-  ruled import envoy PATH -o DIR [--force]         translate envoy ratelimit configs into rule files (ruled import -h)
+  ruled import envoy PATH -o DIR [--force] [--format F]
+                                                   translate envoy ratelimit configs into rule files (ruled import -h)
   ruled version                                    print the version
 
   F is text (the default) or json.

@@ -135,7 +135,7 @@ func reportRuleErrors(c serveConfig, log *slog.Logger, stderr io.Writer, err err
 		host.LogRuleErrors(log, "rules error", err)
 		return
 	}
-	printRuleErrors(stderr, err)
+	printRuleErrors(stderr, err, "")
 }
 
 func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.Writer) error {

@@ -18,6 +18,8 @@ const (
 	CodeDuplicateDomain     = "duplicate-domain"       // two files configure one domain
 	CodeDuplicateDescriptor = "duplicate-descriptor"   // two sibling descriptors with one key and value
 	CodeUntranslatable      = "untranslatable"         // valid for envoy, but ruled rules cannot say it
+	CodeExist               = "exists"                 // Write: a file to write exists already
+	CodeWrite               = "write"                  // Write: the rule files could not be written
 )
 
 // Position is a place in an envoy config file, as rule files have them:

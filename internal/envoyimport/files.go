@@ -38,15 +38,17 @@ func ReadSources(path string) ([]Source, error) {
 	return srcs, errs.Err()
 }
 
-// ErrExist is the error of Write when a file it would write exists.
-var ErrExist = errors.New("file exists")
-
-// Write writes files into dir, creating it if need be. Unless force, it
-// writes nothing when any of the files exists already (the error then
-// wraps ErrExist and names them). Each file is written under a temporary
-// dot name and renamed into place, so that a ruled serving dir never
-// reads half a file.
-func Write(dir string, files []File, force bool) error {
+// Write writes files into dir, creating it if need be, and returns the
+// paths of the files it put in place, in the order of files. Its error is
+// an *Error: with code CodeExist when, unless force, any of the files
+// exists already (nothing is written then, and the message names them),
+// else with code CodeWrite.
+//
+// Every file is first written under a temporary dot name, and only when
+// all of them are are they renamed into place, so that a ruled serving dir
+// never reads half a file and a failure to write one leaves none. Only a
+// failing rename can leave some of the files in place: those returned.
+func Write(dir string, files []File, force bool) (written []string, err error) {
 	if !force {
 		var exist []string
 		for _, f := range files {
@@ -54,32 +56,46 @@ func Write(dir string, files []File, force bool) error {
 			if _, err := os.Lstat(p); err == nil {
 				exist = append(exist, p)
 			} else if !errors.Is(err, fs.ErrNotExist) {
-				return err
+				return nil, writeError(err)
 			}
 		}
 		if len(exist) > 0 {
 			slices.Sort(exist)
-			return fmt.Errorf("%w: %s (--force overwrites)", ErrExist, strings.Join(exist, ", "))
+			return nil, &Error{Code: CodeExist, Message: "file exists: " + strings.Join(exist, ", ")}
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, writeError(err)
 	}
+	tmps := make([]string, 0, len(files))
+	defer func() {
+		// The temporary files not renamed into place (all of them but
+		// the written ones, which come first).
+		for _, t := range tmps[len(written):] {
+			_ = os.Remove(t)
+		}
+	}()
 	for _, f := range files {
 		tmp, err := os.CreateTemp(dir, "."+f.Name+".*")
 		if err != nil {
-			return err
+			return nil, writeError(err)
 		}
+		tmps = append(tmps, tmp.Name())
 		_, werr := tmp.Write(f.Content)
 		cerr := tmp.Close()
 		if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o644)); err != nil {
-			_ = os.Remove(tmp.Name())
-			return err
-		}
-		if err := os.Rename(tmp.Name(), filepath.Join(dir, f.Name)); err != nil {
-			_ = os.Remove(tmp.Name())
-			return err
+			return nil, writeError(err)
 		}
 	}
-	return nil
+	for i, f := range files {
+		p := filepath.Join(dir, f.Name)
+		if err := os.Rename(tmps[i], p); err != nil {
+			return written, writeError(err)
+		}
+		written = append(written, p)
+	}
+	return written, nil
 }
+
+// writeError is the error of Write for err.
+func writeError(err error) error { return &Error{Code: CodeWrite, Message: err.Error()} }

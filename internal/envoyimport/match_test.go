@@ -194,9 +194,9 @@ func TestRulesSelectWhatEnvoySelects(t *testing.T) {
 		if err != nil {
 			t.Fatalf("config %d: the rules do not load: %v\n%s\n%s", c, err, src, tr.file.Content)
 		}
-		ruleOf := map[*descriptor]string{}
+		ruleOf := map[*rateLimit]string{} // each descriptor's rate limit → its rule
 		for _, rl := range tr.rules {
-			ruleOf[rl.path[len(rl.path)-1]] = rl.name
+			ruleOf[rl.limit] = rl.name
 		}
 		overrideRule := g.override["d"]
 		fail := func(format string, args ...any) {
@@ -237,7 +237,7 @@ func TestRulesSelectWhatEnvoySelects(t *testing.T) {
 				case overrides[i]:
 					want = overrideRule
 				case n != nil && !(n.limit.name != "" && replacing[n.limit.name]):
-					want = ruleOf[n]
+					want = ruleOf[n.limit]
 				}
 				var got []string
 				for _, sel := range lists[i] {

@@ -26,9 +26,7 @@ type domainConfig struct {
 // descriptor is one node of the descriptor tree.
 type descriptor struct {
 	key, value string
-	node       *yaml.Node // the descriptor's mapping
 	keyNode    *yaml.Node
-	valueNode  *yaml.Node            // nil when not given
 	limit      *rateLimit            // nil: no rate_limit block
 	shadow     bool                  // shadow_mode
 	detailed   bool                  // detailed_metric
@@ -196,7 +194,7 @@ func (p *parser) descriptors(n *yaml.Node) []*descriptor {
 }
 
 func (p *parser) descriptor(n *yaml.Node) *descriptor {
-	d := &descriptor{node: n, flagNodes: map[string]*yaml.Node{}}
+	d := &descriptor{flagNodes: map[string]*yaml.Node{}}
 	var children *yaml.Node
 	for _, kv := range p.pairs(n) {
 		k, v := kv.key, kv.val
@@ -205,7 +203,6 @@ func (p *parser) descriptor(n *yaml.Node) *descriptor {
 			d.keyNode = v
 			d.key, _ = p.str(v, "key")
 		case "value":
-			d.valueNode = v
 			d.value, _ = p.str(v, "value")
 		case "rate_limit":
 			if !yamlnode.IsNull(v) {

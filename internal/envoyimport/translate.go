@@ -149,9 +149,8 @@ type generator struct {
 // rule is one generated rule.
 type rule struct {
 	name     string
-	path     []*descriptor // from the top level down to the node with the rate limit
-	when     []string      // conjuncts
-	subject  string        // expression; "" for none
+	when     []string // conjuncts
+	subject  string   // expression; "" for none
 	limit    *rateLimit
 	window   time.Duration
 	shadow   bool
@@ -390,7 +389,7 @@ func attrRef(key string) string { return "attrs[" + strconv.Quote(key) + "]" }
 func (t *translation) rule(path []*descriptor, conds []conj) {
 	d := path[len(path)-1]
 	rl := d.limit
-	r := &rule{path: path, limit: rl, shadow: d.shadow && !rl.unlimited, detailed: d.detailed}
+	r := &rule{limit: rl, shadow: d.shadow && !rl.unlimited, detailed: d.detailed}
 	keys := make([]string, len(path))
 	for i, n := range path {
 		keys[i] = n.key

@@ -1,7 +1,10 @@
 // Command loadgen asks ruled for decisions as fast as it can, through the
 // Go client, with or without client leases, and prints one JSON line:
 //
-//	{"decisions": N, "allowed": N, "denied": N, "per_second": N}
+//	{"decisions": N, "allowed": N, "denied": N, "per_second": N, "errors": N}
+//
+// errors counts the checks that failed (no decision; the first one's error
+// goes to stderr).
 //
 // Usage:
 //
