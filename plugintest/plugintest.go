@@ -488,3 +488,25 @@ func CheckBlockSwitch(t testing.TB, env *Env, rng *rand.Rand, steps []Step, open
 		t.Fatalf("sequence too easy: %d blocked, %d denied when open, %d refunds under the block", blocked, deniedOpen, refundedShut)
 	}
 }
+
+// KeyspaceReads returns the Redis server's keyspace hits plus misses: the
+// key lookups made so far, to check that a decision read no key.
+func (e *Env) KeyspaceReads(t testing.TB) int64 {
+	t.Helper()
+	info, err := e.Redis.Client().Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "keyspace_hits" || k == "keyspace_misses") {
+			x, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			n += x
+		}
+	}
+	return n
+}

@@ -3,8 +3,6 @@ package fixedwindow_test
 import (
 	"context"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -101,13 +99,13 @@ func TestBlockKeepsTheCount(t *testing.T) {
 	open := map[string]any{"limit": 5, "window": "1m"}
 	shut := map[string]any{"limit": 0, "window": "1m"}
 	decide(t, env, open, sdk.Request{Subject: "s", Hits: 3, DedupID: "a"})
-	before := keyspaceReads(t, env)
+	before := env.KeyspaceReads(t)
 	for _, req := range []sdk.Request{hit("s", 0), hit("s", 1), {Subject: "s", Hits: 3, DedupID: "a"}, hit("fresh", 1)} {
 		if d := decide(t, env, shut, req); d.Allowed || d.Granted != 0 || d.Limit != 0 || d.Remaining != 0 || d.Reset != 30*time.Second || d.RetryAfter != 30*time.Second {
 			t.Fatalf("block, %+v: %+v", req, d)
 		}
 	}
-	if after := keyspaceReads(t, env); after != before {
+	if after := env.KeyspaceReads(t); after != before {
 		t.Fatalf("the block read keys: keyspace hits+misses %d, then %d", before, after)
 	}
 	if n, err := env.Redis.Client().Exists(context.Background(), "ruled:fixedwindow:r:{fresh}:c").Result(); err != nil || n != 0 {
@@ -116,8 +114,8 @@ func TestBlockKeepsTheCount(t *testing.T) {
 	if d := decide(t, env, shut, hit("s", -1)); !d.Allowed || d.Granted != -1 || d.Limit != 0 || d.Remaining != 0 || d.Reset != 30*time.Second {
 		t.Fatalf("refund under the block: %+v, want granted -1 with limit and remaining 0", d)
 	}
-	if keyspaceReads(t, env) == before {
-		t.Fatal("the refund read no keys either: keyspaceReads does not count lookups")
+	if env.KeyspaceReads(t) == before {
+		t.Fatal("the refund read no keys either: KeyspaceReads does not count lookups")
 	}
 	if d := decide(t, env, open, hit("s", 0)); !d.Allowed || d.Remaining != 3 {
 		t.Fatalf("block lifted: %+v, want remaining 3 (3 counted, 1 refunded)", d)
@@ -140,26 +138,4 @@ func TestBlockStaysABlockLocally(t *testing.T) {
 			t.Fatalf("local block, hits %d: %+v, want denied with limit 0 and retry_after = reset", hits, d)
 		}
 	}
-}
-
-// keyspaceReads returns the Redis server's keyspace hits plus misses: the
-// key lookups made so far.
-func keyspaceReads(t *testing.T, env *plugintest.Env) int64 {
-	t.Helper()
-	info, err := env.Redis.Client().Info(context.Background(), "stats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "keyspace_hits" || k == "keyspace_misses") {
-			x, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			n += x
-		}
-	}
-	return n
 }

@@ -3,8 +3,6 @@ package rolling_test
 import (
 	"context"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -107,13 +105,13 @@ func TestBlockKeepsTheCount(t *testing.T) {
 	setClockTo(env, time.Date(2026, 10, 2, 12, 0, 30, 0, time.UTC))
 	rule.Decide(sdk.Request{Hits: 3, DedupID: "a"})
 	rule.Reconfigure(shut)
-	before := keyspaceReads(t, env)
+	before := env.KeyspaceReads(t)
 	for _, req := range []sdk.Request{{Hits: 0}, {Hits: 1}, {Hits: 3, DedupID: "a"}, {Subject: "fresh", Hits: 1}} {
 		if d := rule.Decide(req); d.Allowed || d.Granted != 0 || d.Limit != 0 || d.Remaining != 0 || d.Reset != time.Minute || d.RetryAfter != time.Minute {
 			t.Fatalf("block, %+v: %+v", req, d)
 		}
 	}
-	if after := keyspaceReads(t, env); after != before {
+	if after := env.KeyspaceReads(t); after != before {
 		t.Fatalf("the block read keys: keyspace hits+misses %d, then %d", before, after)
 	}
 	if n, err := env.Redis.Client().Exists(context.Background(), "ruled:rolling:r:{fresh}:c").Result(); err != nil || n != 0 {
@@ -122,8 +120,8 @@ func TestBlockKeepsTheCount(t *testing.T) {
 	if d := rule.Hit(-1); !d.Allowed || d.Granted != -1 || d.Limit != 0 || d.Remaining != 0 || d.Reset != time.Minute {
 		t.Fatalf("refund under the block: %+v, want granted -1 with limit and remaining 0, reset 1m", d)
 	}
-	if keyspaceReads(t, env) == before {
-		t.Fatal("the refund read no keys either: keyspaceReads does not count lookups")
+	if env.KeyspaceReads(t) == before {
+		t.Fatal("the refund read no keys either: KeyspaceReads does not count lookups")
 	}
 	rule.Reconfigure(open)
 	if d := rule.Hit(0); !d.Allowed || d.Remaining != 3 {
@@ -147,26 +145,4 @@ func TestBlockStaysABlockLocally(t *testing.T) {
 			t.Fatalf("local block, hits %d: %+v, want denied with limit 0 and retry_after = reset", hits, d)
 		}
 	}
-}
-
-// keyspaceReads returns the Redis server's keyspace hits plus misses: the
-// key lookups made so far.
-func keyspaceReads(t *testing.T, env *plugintest.Env) int64 {
-	t.Helper()
-	info, err := env.Redis.Client().Info(context.Background(), "stats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "keyspace_hits" || k == "keyspace_misses") {
-			x, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			n += x
-		}
-	}
-	return n
 }

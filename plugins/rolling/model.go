@@ -91,6 +91,9 @@ func (m *Model) Decide(nowUS int64, r sdk.Request) sdk.Decision {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sweep(nowUS)
+	if m.cfg.Limit == 0 && r.Hits >= 0 {
+		return m.block(nowUS) // no subject state for a block
+	}
 	st := m.subjects[r.Subject]
 	if st == nil {
 		st = &subjectState{dedup: map[string]count{}}
@@ -103,16 +106,18 @@ func (m *Model) Decide(nowUS int64, r sdk.Request) sdk.Decision {
 	return d
 }
 
+// block is a block's decision at now: from the clock alone, state
+// untouched; a peek is denied too, as in an exhausted window. Its reset
+// is when a hit counted now would leave the window.
+func (m *Model) block(now int64) sdk.Decision {
+	reset := time.Duration(m.expiry(now-now%m.bucket)-now) * time.Microsecond
+	return sdk.Decision{Window: m.cfg.Window, Reset: reset, RetryAfter: reset}
+}
+
 func (m *Model) decide(st *subjectState, now int64, r sdk.Request) sdk.Decision {
 	limit := m.cfg.Limit
 	cur := now - now%m.bucket
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
-	blockReset := m.expiry(cur) - now // a block's reset: when a hit counted now would leave
-	if limit == 0 && r.Hits >= 0 {
-		// A block: decided from the clock alone, state untouched; a peek
-		// is denied too, as in an exhausted window.
-		return sdk.Decision{Window: m.cfg.Window, Reset: us(blockReset), RetryAfter: us(blockReset)}
-	}
 	low := cur - m.window + m.bucket // the oldest bucket start still in the window
 	m.prune(st, now)
 	if len(st.live) == 0 {
@@ -143,7 +148,7 @@ func (m *Model) decide(st *subjectState, now int64, r sdk.Request) sdk.Decision 
 		d := sdk.Decision{Allowed: allowed, Granted: granted, Limit: limit, Remaining: max(limit-total, 0),
 			Window: m.cfg.Window, Reset: us(reset()), RetryAfter: us(retry)}
 		if limit == 0 { // a refund under a block
-			d.Reset = us(blockReset)
+			d.Reset = m.block(now).Reset
 		}
 		return d
 	}
