@@ -36,7 +36,8 @@ func (e *Error) Error() string {
 // connect, the connection broke, or the call timed out or was cancelled.
 // errors.Is(err, context.DeadlineExceeded) tells a time-out.
 type UnreachableError struct {
-	// Op is the call: "check", "acquire" or "batch".
+	// Op is the call: "check", "acquire" or "batch"; "lease" for a Check
+	// that got no lease (WithLeases) before its context ended.
 	Op string
 	// URL is the URL that was called.
 	URL string

@@ -55,21 +55,24 @@ const (
 	// returns within 100 ms of the deadline).
 	returnBefore = 300 * time.Millisecond
 	returnCutoff = 150 * time.Millisecond
-	// maxEntries bounds the requests remembered; past it, idle ones go.
-	// maxWaits bounds the fills one request waits for.
+	// maxEntries bounds the requests remembered: past it, a new request
+	// goes to ruled per request until the sweeper has forgotten requests
+	// idle for entryIdle. maxWaits bounds the fills one request waits for.
 	maxWaits     = 100
 	maxEntries   = 100_000
+	entryIdle    = 10 * time.Second
 	leaseShards  = 32
 	maxReturnsIn = 1000
 )
 
 // WithLeases makes Check decide in-process where ruled's rules allow it:
-// for a request that takes hits (no Peek, DedupID or BestEffort), the
+// for a request of one hit (Hits 0 or 1; no Peek, DedupID or BestEffort), the
 // client takes a lease of permits from ruled (POST /v1/lease), grants from
 // it, asks for the next one before it runs out, and returns what it did not
 // use when the lease goes idle, before its deadline, and on Close. Requests
 // whose rules do not allow leases (no lease: N, or a plugin that cannot
-// lease) go to ruled one by one, as without leases.
+// lease), and requests of more hits, go to ruled one by one, as without
+// leases.
 //
 // Requests share a lease when ruled's rules pick the same subjects for
 // them; the client learns that from one call per distinct request (all of
@@ -98,9 +101,12 @@ func WithLeases(o LeaseOptions) Option {
 	}
 }
 
-// leaseable reports whether req may be decided from a lease.
+// leaseable reports whether req may be decided from a lease: leases grant
+// one hit per request (docs/http.md), so a request of more hits goes to
+// ruled, which may deny it outright where leases would drain the quota
+// trying to gather its hits.
 func (r *CheckRequest) leaseable() bool {
-	return r.Hits >= 0 && !r.Peek && r.DedupID == "" && !r.BestEffort
+	return (r.Hits == 0 || r.Hits == 1) && !r.Peek && r.DedupID == "" && !r.BestEffort
 }
 
 // leaser holds a client's leases: by request (its fingerprint), the lease
@@ -111,6 +117,10 @@ type leaser struct {
 	o      LeaseOptions
 	seed   maphash.Seed
 	shards [leaseShards]leaseShard
+	// perShard bounds the requests a shard remembers (maxEntries in all);
+	// entryIdle is how long a request goes unseen before it is forgotten.
+	perShard  int
+	entryIdle time.Duration
 
 	mu       sync.Mutex
 	byKey    map[string]*lease // by the rules and subjects they hold
@@ -139,8 +149,7 @@ type entry struct {
 // lease is permits for one set of rules and subjects.
 type lease struct {
 	mu        sync.Mutex
-	batches   []batch // oldest first
-	available int64
+	batches   []batch   // oldest first; what they have left is available
 	want      int64     // the next lease's size
 	maxSize   int64     // what the rules allow in one lease
 	filling   bool      // a background fill is under way
@@ -163,7 +172,7 @@ type batch struct {
 }
 
 func newLeaser(c *Client, o LeaseOptions) *leaser {
-	l := &leaser{c: c, o: o, seed: maphash.MakeSeed(), byKey: map[string]*lease{}}
+	l := &leaser{c: c, o: o, seed: maphash.MakeSeed(), byKey: map[string]*lease{}, perShard: maxEntries / leaseShards, entryIdle: entryIdle}
 	l.idle = sync.NewCond(&l.mu)
 	for i := range l.shards {
 		l.shards[i].m = map[string]*entry{}
@@ -216,13 +225,16 @@ func (l *leaser) check(ctx context.Context, req *CheckRequest) (*Answer, bool, e
 	fp := fingerprint((*buf)[:0], req)
 	s := &l.shards[maphash.Bytes(l.seed, fp)%leaseShards]
 	s.mu.RLock()
-	e := s.m[string(fp)]
+	e, full := s.m[string(fp)], len(s.m) >= l.perShard
 	s.mu.RUnlock()
-	if e == nil {
+	if e == nil && !full {
 		e = l.add(s, string(fp), req)
 	}
 	*buf = fp[:0]
 	fingerprints.Put(buf)
+	if e == nil { // too many requests remembered: ask ruled
+		return nil, false, nil
+	}
 
 	// A request waits for at most maxWaits fills (its own or others'); when
 	// they leave nothing for it, it goes to ruled.
@@ -236,8 +248,8 @@ func (l *leaser) check(ctx context.Context, req *CheckRequest) (*Answer, bool, e
 			return nil, false, nil
 		}
 		if ls != nil {
-			a, v := ls.take(hits, now, e.filling != nil)
-			if v == granted && (!now.Before(e.until) || ls.runningLow()) {
+			a, v, low := ls.take(hits, now, e.filling != nil)
+			if v == granted && (low || !now.Before(e.until)) {
 				l.fillAsync(e, ls)
 			}
 			if v != empty {
@@ -254,7 +266,11 @@ func (l *leaser) check(ctx context.Context, req *CheckRequest) (*Answer, bool, e
 		if wait == nil {
 			e.filling = make(chan struct{})
 			e.mu.Unlock()
-			if a := l.fill(ctx, e, ls, hits); a != nil {
+			a, err := l.fill(ctx, e, ls, hits)
+			if err != nil {
+				return nil, false, err
+			}
+			if a != nil {
 				return a, true, nil
 			}
 			continue
@@ -263,35 +279,52 @@ func (l *leaser) check(ctx context.Context, req *CheckRequest) (*Answer, bool, e
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return nil, false, l.ctxError(ctx)
 		}
 	}
 }
 
-// add remembers a request seen for the first time.
+// ctxError is the error of a check whose caller's context ended while it
+// waited for a lease: an UnreachableError, as Check's own call would give.
+func (l *leaser) ctxError(ctx context.Context) error {
+	return &UnreachableError{Op: "lease", URL: l.c.base + "/v1/lease", Err: ctx.Err()}
+}
+
+// add remembers a request seen for the first time; nil when its shard is
+// full (the sweeper forgets idle requests).
 func (l *leaser) add(s *leaseShard, fp string, req *CheckRequest) *entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.m[fp]; e != nil {
 		return e
 	}
-	if len(s.m) >= maxEntries/leaseShards {
-		now := time.Now()
-		for k, old := range s.m {
-			if old.mu.TryLock() {
-				if old.filling == nil && now.Sub(old.used) > 10*time.Second {
-					delete(s.m, k)
-				}
-				old.mu.Unlock()
-			}
-		}
+	if len(s.m) >= l.perShard {
+		return nil
 	}
 	one := *req
 	one.Hits = 1
-	e := &entry{req: one}
+	e := &entry{req: one, used: time.Now()}
 	s.m[fp] = e
 	l.start()
 	return e
+}
+
+// evictIdle forgets the requests not seen for entryIdle, except those with
+// a fill under way.
+func (l *leaser) evictIdle(now time.Time) {
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for k, e := range s.m {
+			if e.mu.TryLock() {
+				if e.filling == nil && now.Sub(e.used) > l.entryIdle {
+					delete(s.m, k)
+				}
+				e.mu.Unlock()
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // verdict is what a lease can do for a request.
@@ -306,56 +339,63 @@ const (
 
 // take grants hits from the lease's batches, oldest first, or answers its
 // firm denial; while a fill is pending, a request it cannot grant waits for
-// the fill instead.
-func (ls *lease) take(hits int64, now time.Time, pending bool) (*Answer, verdict) {
+// the fill instead. low reports, on a grant, that the next lease should be
+// asked for now.
+func (ls *lease) take(hits int64, now time.Time, pending bool) (a *Answer, v verdict, low bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.expire(now)
-	if ls.available < hits {
+	if ls.available() < hits {
 		switch {
 		case pending || !now.Before(ls.denyUntil):
-			return nil, empty
+			return nil, empty, false
 		case !ls.denyFirm:
-			return nil, askRuled
+			return nil, askRuled, false
 		}
-		a := *ls.denial
+		d := *ls.denial
 		since := now.Sub(ls.filled)
-		a.RetryAfter = max(a.RetryAfter-since, time.Millisecond)
-		a.Results = slices.Clone(a.Results)
-		for i := range a.Results {
-			r := &a.Results[i]
+		d.RetryAfter = max(d.RetryAfter-since, time.Millisecond)
+		d.Results = slices.Clone(d.Results)
+		for i := range d.Results {
+			r := &d.Results[i]
 			r.Reset, r.RetryAfter = max(r.Reset-since, 0), max(r.RetryAfter-since, 0)
 		}
-		return &a, denied
+		return &d, denied, false
 	}
-	return ls.grant(hits, now), granted
+	a, left := ls.grant(hits, now)
+	return a, granted, !ls.filling && left*2 < ls.want
 }
 
-// grant takes hits from the batches, oldest first; ls.mu is held and
-// ls.available is at least hits.
-func (ls *lease) grant(hits int64, now time.Time) *Answer {
-	left := hits
+// available is the permits the batches have left; ls.mu is held.
+func (ls *lease) available() int64 {
+	var n int64
+	for _, b := range ls.batches {
+		n += b.permits - b.used
+	}
+	return n
+}
+
+// grant takes hits from the batches, oldest first, and returns the answer
+// and the permits left; ls.mu is held and ls.available() is at least hits.
+func (ls *lease) grant(hits int64, now time.Time) (*Answer, int64) {
+	need, left := hits, int64(0)
 	for i := range ls.batches {
 		b := &ls.batches[i]
-		n := min(left, b.permits-b.used)
+		n := min(need, b.permits-b.used)
 		b.used += n
-		left -= n
-		if left == 0 {
-			break
-		}
+		need -= n
+		left += b.permits - b.used
 	}
-	ls.available -= hits
 	ls.grants += hits
 	ls.lastUse = now
-	return ls.answer(hits, now)
+	return ls.answer(hits, now, left), left
 }
 
 // expire drops the batches whose deadline has come (their unused permits
-// stay counted until their window ends).
+// stay counted until their window ends) or that are used up.
 func (ls *lease) expire(now time.Time) {
 	i := 0
 	for i < len(ls.batches) && (!now.Before(ls.batches[i].deadline) || ls.batches[i].used == ls.batches[i].permits) {
-		ls.available -= ls.batches[i].permits - ls.batches[i].used
 		i++
 	}
 	if i > 0 {
@@ -363,15 +403,9 @@ func (ls *lease) expire(now time.Time) {
 	}
 }
 
-// runningLow reports whether the next lease should be asked for now.
-func (ls *lease) runningLow() bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return !ls.filling && ls.available*2 < ls.want
-}
-
-// answer is the Answer of hits granted from the lease at now.
-func (ls *lease) answer(hits int64, now time.Time) *Answer {
+// answer is the Answer of hits granted from the lease at now, with left
+// permits left in it.
+func (ls *lease) answer(hits int64, now time.Time, left int64) *Answer {
 	var a *Answer
 	if len(ls.results) == 1 { // the usual case: one allocation
 		w := &struct {
@@ -388,7 +422,7 @@ func (ls *lease) answer(hits int64, now time.Time) *Answer {
 	for i, r := range ls.results {
 		r.Allowed, r.Granted = true, hits
 		if !r.Shadow {
-			r.Remaining += ls.available
+			r.Remaining += left
 		}
 		r.Reset = max(r.Reset-since, 0)
 		a.Results[i] = r
@@ -409,7 +443,7 @@ func (l *leaser) fillAsync(e *entry, ls *lease) {
 	ls.filling = true
 	ls.mu.Unlock()
 	e.filling = make(chan struct{})
-	go l.fill(context.Background(), e, ls, 0)
+	go func() { _, _ = l.fill(context.Background(), e, ls, 0) }()
 }
 
 // leaseAnswer is the JSON answer of POST /v1/lease.
@@ -430,8 +464,10 @@ type leaseAnswer struct {
 // subjects it holds; e.filling is set, and is closed and cleared when done.
 // It grants hits (when above 0) from the new permits first, to the request
 // that asked for them, and returns that answer. A request that cannot
-// lease, or whose lease failed, goes to ruled one by one for refusedFor.
-func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) *Answer {
+// lease, or whose lease failed, goes to ruled one by one for refusedFor;
+// a lease call that failed because ctx ended changes nothing and returns
+// ctx's error.
+func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) (*Answer, error) {
 	// A request not seen before asks for itself alone: until ruled has
 	// answered, the client cannot know which lease it shares, and a
 	// request that never comes again (one carrying a request id) must not
@@ -459,9 +495,12 @@ func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) *An
 		e.filling = nil
 		e.mu.Unlock()
 	}()
+	if err != nil && ctx.Err() != nil { // the caller gave up: not ruled's failure
+		return nil, l.ctxError(ctx)
+	}
 	if err != nil || !ans.Leasable {
 		e.until, e.lease = sent.Add(refusedFor), nil
-		return nil
+		return nil, nil
 	}
 	results := make([]Result, len(ans.Results))
 	var key strings.Builder
@@ -480,17 +519,20 @@ func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) *An
 	if ans.Permits > 0 {
 		ls.denyUntil = time.Time{}
 		ls.batches = append(ls.batches, batch{permits: ans.Permits, deadline: sent.Add(time.Duration(ans.TTLMicros) * time.Microsecond), ticket: ans.Lease, req: &e.req})
-		ls.available += ans.Permits
 	} else {
 		retry := ms(ans.RetryAfterMS)
 		ls.denyUntil, ls.denyFirm = sent.Add(min(retry, maxDenyFor)), ans.DenyFirm
 		ls.denial = &Answer{StatusCode: http.StatusTooManyRequests, RetryAfter: retry, Results: results, Leased: true, policy: ls.policy}
 	}
 	e.lease, e.until = ls, sent.Add(mappingTTL)
-	if now := time.Now(); hits > 0 && ls.available >= hits && now.Before(ls.batches[0].deadline) {
-		return ls.grant(hits, now)
+	if hits > 0 {
+		now := time.Now()
+		if ls.expire(now); ls.available() >= hits {
+			a, _ := ls.grant(hits, now)
+			return a, nil
+		}
 	}
-	return nil
+	return nil, nil
 }
 
 // errClosed is the error of a fill after close.
@@ -529,7 +571,7 @@ func (ls *lease) nextSize(hits int64) int64 {
 	}
 	want = min(max(want, minPermits), ls.maxSize)
 	ls.want = want
-	return max(want-ls.available, hits)
+	return max(want-ls.available(), hits)
 }
 
 // leaseFor returns the lease of key, adding it when there is none.
@@ -571,17 +613,22 @@ func (l *leaser) start() {
 	go l.sweep(l.stop, l.done)
 }
 
-// sweep returns idle leases' permits every half IdleReturn until stop.
+// sweep returns idle leases' permits every half IdleReturn, and forgets
+// idle requests every tenth of entryIdle, until stop.
 func (l *leaser) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(max(l.o.IdleReturn/2, 10*time.Millisecond))
 	defer t.Stop()
+	evict := time.NewTicker(max(l.entryIdle/10, 10*time.Millisecond))
+	defer evict.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 			l.returnIdle(context.Background(), false)
+		case now := <-evict.C:
+			l.evictIdle(now)
 		}
 	}
 }
@@ -611,7 +658,6 @@ func (l *leaser) returnIdle(ctx context.Context, all bool) error {
 			unused := b.permits - b.used
 			if (all || idle || left < returnBefore) && left > returnCutoff && b.ticket != "" {
 				rets = append(rets, leaseReturn{Request: b.req.Request, Attrs: b.req.Attrs, Lease: b.ticket, Unused: unused})
-				ls.available -= unused
 				continue
 			}
 			kept = append(kept, b)

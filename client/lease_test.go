@@ -2,10 +2,13 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -383,5 +386,185 @@ func TestDistinctRequestsTakeNoMoreThanTheyUse(t *testing.T) {
 	}
 	if n := seen.get("/v1/lease"); n != 50 {
 		t.Fatalf("%d lease calls for 50 distinct requests, want 50", n)
+	}
+}
+
+// A request for more hits than a lease gives goes to ruled, which denies
+// it outright: leases would only drain the quota gathering its hits.
+func TestRequestsOfManyHitsAreNotLeased(t *testing.T) {
+	var seen calls
+	r := startRuledWith(t, leaseRules, seen.observe)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	req := client.CheckRequest{Request: client.Request{IP: "192.0.2.40", Path: "/bucket"}, Hits: 3000}
+	a, err := c.Check(context.Background(), req)
+	if err != nil || a.Allowed || a.Leased {
+		t.Fatalf("3000 hits against a burst of 1500: %+v %v; want denied by ruled", a, err)
+	}
+	req.Hits = 2
+	if a, err = c.Check(context.Background(), req); err != nil || !a.Allowed || a.Leased {
+		t.Fatalf("2 hits: %+v %v; want allowed by ruled", a, err)
+	}
+	if n, m := seen.get("/v1/lease"), seen.get("/v1/check"); n != 0 || m != 2 {
+		t.Fatalf("%d lease calls and %d checks, want 0 and 2", n, m)
+	}
+	probe := client.CheckRequest{Request: req.Request}
+	if got := remaining(t, r.url, probe, "bucket"); got != 1500-2 {
+		t.Fatalf("bucket has %d left, want %d: only the 2 hits taken", got, 1500-2)
+	}
+}
+
+// A Check whose context ends during its lease call is an UnreachableError
+// and leaves the request leasing: the caller gave up, ruled did not fail.
+func TestCancelledCheckKeepsLeasing(t *testing.T) {
+	var seen calls
+	r := startRuledWith(t, leaseRules, seen.observe)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	req := ip("192.0.2.41")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Check(ctx, req)
+	var ue *client.UnreachableError
+	if !errors.As(err, &ue) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled check: %v (%T), want an UnreachableError of context.Canceled", err, err)
+	}
+	for i := 0; i < 20; i++ {
+		if a, err := c.Check(context.Background(), req); err != nil || !a.Allowed || !a.Leased {
+			t.Fatalf("check %d after a cancelled one: %+v %v; want leased", i, a, err)
+		}
+	}
+	if n := seen.get("/v1/check"); n != 0 {
+		t.Fatalf("%d checks sent to ruled after a cancelled check, want 0", n)
+	}
+}
+
+// A Check waiting for another's lease call ends with its context, with an
+// UnreachableError.
+func TestCheckWaitingForALeaseEndsWithItsContext(t *testing.T) {
+	release, arrived := make(chan struct{}), make(chan struct{}, 1)
+	var blocked atomic.Bool
+	r := startRuledWith(t, leaseRules, func(r *http.Request) {
+		if r.URL.Path == "/v1/lease" && blocked.CompareAndSwap(false, true) {
+			arrived <- struct{}{}
+			<-release
+		}
+	})
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	req := ip("192.0.2.42")
+	first := make(chan error, 1)
+	go func() {
+		a, err := c.Check(context.Background(), req)
+		if err == nil && (!a.Allowed || !a.Leased) {
+			err = fmt.Errorf("answer %+v, want leased", a)
+		}
+		first <- err
+	}()
+	<-arrived
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Check(ctx, req)
+	close(release)
+	var ue *client.UnreachableError
+	if !errors.As(err, &ue) || !errors.Is(err, context.DeadlineExceeded) || !ue.Timeout() {
+		t.Fatalf("check that timed out waiting: %v (%T), want an UnreachableError of context.DeadlineExceeded", err, err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the check that leased: %v", err)
+	}
+	if a, err := c.Check(context.Background(), req); err != nil || !a.Leased {
+		t.Fatalf("check after: %+v %v; want leased", a, err)
+	}
+}
+
+// The requests a client remembers are bounded: past the bound a new
+// request goes to ruled per request.
+func TestLeasesRememberBoundedRequests(t *testing.T) {
+	var seen calls
+	r := startRuledWith(t, leaseRules, seen.observe)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	client.SetLeaseBounds(c, 1, time.Hour)
+	const n = 100
+	for i := 0; i < n; i++ {
+		req := client.CheckRequest{Request: client.Request{IP: "192.0.2.43"}, Attrs: map[string]string{"request-id": fmt.Sprint(i)}}
+		if a, err := c.Check(context.Background(), req); err != nil || !a.Allowed {
+			t.Fatalf("check %d: %+v %v", i, a, err)
+		}
+	}
+	kept := client.RememberedRequests(c)
+	if kept == 0 || kept > client.LeaseShards {
+		t.Fatalf("%d requests remembered, want 1 to %d (one per shard)", kept, client.LeaseShards)
+	}
+	if l, ch := seen.get("/v1/lease"), seen.get("/v1/check"); l != kept || ch != n-kept {
+		t.Fatalf("%d lease calls and %d checks, want %d and %d", l, ch, kept, n-kept)
+	}
+}
+
+// The sweeper forgets requests gone idle, which frees room for others.
+func TestIdleRequestsAreForgotten(t *testing.T) {
+	r := startRuledWith(t, leaseRules, nil)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	client.SetLeaseBounds(c, 1000, 100*time.Millisecond)
+	for i := 0; i < 5; i++ {
+		req := client.CheckRequest{Request: client.Request{IP: "192.0.2.44"}, Attrs: map[string]string{"request-id": fmt.Sprint(i)}}
+		if a, err := c.Check(context.Background(), req); err != nil || !a.Allowed || !a.Leased {
+			t.Fatalf("check %d: %+v %v", i, a, err)
+		}
+	}
+	if client.RememberedRequests(c) == 0 {
+		t.Fatal("no request remembered right after its checks")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for client.RememberedRequests(c) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests still remembered 2 s after they went idle", client.RememberedRequests(c))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A leased denial by a block (limit 0) carries its RateLimit fields, as
+// ruled's own answer does.
+func TestLeasedDenialByABlockHasRateLimitFields(t *testing.T) {
+	r := startRuledWith(t, `rules:
+  - name: blocked
+    when: request.path == "/blocked"
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 0, window: 1h}
+    lease: 2
+  - name: minute
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 5, window: 1m}
+    lease: 2
+`, nil)
+	c := client.New(r.url, client.WithLeases(client.LeaseOptions{IdleReturn: time.Hour}))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	req := client.CheckRequest{Request: client.Request{IP: "192.0.2.45", Path: "/blocked"}}
+	a, err := c.Check(context.Background(), req)
+	if err != nil || a.Allowed || !a.Leased {
+		t.Fatalf("blocked check: %+v %v; want a leased denial", a, err)
+	}
+	ruled, err := client.New(r.url).Check(context.Background(), req)
+	if err != nil || ruled.Allowed {
+		t.Fatalf("ruled's check: %+v %v", ruled, err)
+	}
+	h, want := a.RateLimitHeader(), ruled.RateLimitHeader()
+	if got := h.Get("RateLimit-Policy"); got != want.Get("RateLimit-Policy") || got != `"blocked";q=0;w=3600` {
+		t.Fatalf("RateLimit-Policy %q, ruled's %q", got, want.Get("RateLimit-Policy"))
+	}
+	item := regexp.MustCompile(`^"blocked";r=0;t=(\d+)$`)
+	for _, f := range []http.Header{h, want} {
+		m := item.FindStringSubmatch(f.Get("RateLimit"))
+		if m == nil || m[1] != f.Get("Retry-After") {
+			t.Fatalf("RateLimit %q Retry-After %q (ruled's: %q %q), want the block listed", h.Get("RateLimit"), h.Get("Retry-After"), want.Get("RateLimit"), want.Get("Retry-After"))
+		}
+		if s, _ := strconv.Atoi(m[1]); s < 1 || s > 3600 {
+			t.Fatalf("RateLimit %q", f.Get("RateLimit"))
+		}
 	}
 }

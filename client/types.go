@@ -3,6 +3,7 @@ package client
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -100,9 +101,11 @@ func (a *Answer) RateLimitHeader() http.Header {
 		h.Set("RateLimit-Policy", a.policy)
 	}
 	var b []byte
-	var retry int64
+	retry := max(ceilSeconds(a.RetryAfter), 1)
 	for _, r := range a.Results {
-		if r.Shadow || r.Limit <= 0 || (!a.Allowed && r.Allowed) {
+		// The rules ruled reports limits of (a block's limit 0 among
+		// them) are those the lease's RateLimit-Policy lists.
+		if !policyLists(a.policy, r.Rule) || (!a.Allowed && r.Allowed) {
 			continue
 		}
 		if len(b) > 0 {
@@ -116,7 +119,7 @@ func (a *Answer) RateLimitHeader() http.Header {
 			b = strconv.AppendInt(b, ceilSeconds(r.Reset), 10)
 			continue
 		}
-		t := max(ceilSeconds(a.RetryAfter), 1)
+		t := max(ceilSeconds(r.RetryAfter), 1)
 		retry = max(retry, t)
 		b = append(b, ";r=0;t="...)
 		b = strconv.AppendInt(b, t, 10)
@@ -125,9 +128,24 @@ func (a *Answer) RateLimitHeader() http.Header {
 		h.Set("RateLimit", string(b))
 	}
 	if !a.Allowed {
-		h.Set("Retry-After", strconv.FormatInt(max(retry, 1), 10))
+		h.Set("Retry-After", strconv.FormatInt(retry, 10))
 	}
 	return h
+}
+
+// policyLists reports whether the RateLimit-Policy field policy lists
+// rule: its items are "rule";q=LIMIT[;w=WINDOW], comma-separated, and rule
+// names need no escapes.
+func policyLists(policy, rule string) bool {
+	for policy != "" {
+		var item string
+		item, policy, _ = strings.Cut(policy, ",")
+		item = strings.TrimLeft(item, " \t")
+		if n := len(rule); len(item) > n+1 && item[0] == '"' && item[1:1+n] == rule && item[1+n] == '"' {
+			return true
+		}
+	}
+	return false
 }
 
 // ceilSeconds rounds d up to whole seconds.
