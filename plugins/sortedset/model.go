@@ -20,8 +20,7 @@ type Model struct {
 	maxLimit int64
 	minLimit int64
 	maxWin   int64
-	block    time.Duration // the longest window of the rates of limit 0, when blocks
-	blocks   bool          // a rate has limit 0
+	block    time.Duration // the longest window of the rates of limit 0; 0: none blocks
 	subjects map[string]*subjectLog
 }
 
@@ -47,7 +46,7 @@ func NewModel(c Config) *Model {
 		m.minLimit = min(m.minLimit, r.Limit)
 		m.maxWin = max(m.maxWin, r.Window.Microseconds())
 	}
-	m.block, m.blocks = c.blockWindow()
+	m.block = c.blockWindow()
 	return m
 }
 
@@ -67,7 +66,7 @@ func count(st *subjectLog, nowUS, window int64) int64 {
 
 // Decide answers r at time nowUS (microseconds).
 func (m *Model) Decide(nowUS int64, r sdk.Request) sdk.Decision {
-	if m.blocks && r.Hits >= 0 {
+	if m.block > 0 && r.Hits >= 0 {
 		return blockDecision(m.block) // the log is not read, trimmed or written
 	}
 	st := m.subjects[r.Subject]
@@ -158,7 +157,7 @@ func (m *Model) Decide(nowUS int64, r sdk.Request) sdk.Decision {
 		Window:    us(m.windows[idx]),
 		Reset:     us(reset),
 	}
-	if m.blocks { // a refund under a block reports the block
+	if m.block > 0 { // a refund under a block reports the block
 		d.Limit, d.Remaining, d.Window, d.Reset = 0, 0, m.block, m.block
 	}
 	if !allowed {

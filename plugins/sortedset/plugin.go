@@ -59,21 +59,20 @@ func (c Config) Rates() []Rate {
 	return append([]Rate{{Limit: c.Limit, Window: c.Window}}, c.Also...)
 }
 
-// blockWindow returns the longest window among the rates of limit 0, and
-// whether there is one: c blocks the subject.
-// It runs on every decision, so it walks the rates without building Rates.
-func (c Config) blockWindow() (time.Duration, bool) {
+// blockWindow returns the longest window among the rates of limit 0, or
+// 0 when no rate blocks (a window is at least 1 ms). It runs on every
+// decision, so it walks the rates without building Rates.
+func (c Config) blockWindow() time.Duration {
 	var w time.Duration
-	blocks := c.Limit == 0
-	if blocks {
+	if c.Limit == 0 {
 		w = c.Window
 	}
 	for _, rt := range c.Also {
 		if rt.Limit == 0 {
-			w, blocks = max(w, rt.Window), true
+			w = max(w, rt.Window)
 		}
 	}
-	return w, blocks
+	return w
 }
 
 // blockDecision is a block's answer to a request of hits >= 0 when the
@@ -191,7 +190,7 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 	if !ok {
 		return sdk.Step{}, fmt.Errorf("sortedset: config of type %T", cfg)
 	}
-	if w, blocks := c.blockWindow(); blocks && req.Hits >= 0 {
+	if w := c.blockWindow(); w > 0 && req.Hits >= 0 {
 		return sdk.Done(blockDecision(w)), nil
 	}
 	rates := c.Rates()
