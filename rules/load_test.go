@@ -360,6 +360,8 @@ rules:
 		"sub/skip.yaml":  "not: [valid",
 		"empty.yaml":     "",
 		"z-comment.yaml": "# only a comment\n",
+		"b_test.yaml":    "tests: [not rules",
+		"c_test.yml":     "tests: [not rules",
 	})
 	f, err := rules.Parse(dir)
 	if err != nil {
@@ -394,6 +396,27 @@ rules:
 	}
 	if len(f.Plugins()) != 2 {
 		t.Errorf("Files.Plugins = %+v", f.Plugins())
+	}
+}
+
+func TestTestFilesAreReadOnlyWhenNamed(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"a.yaml":      "rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, config: {limit: 1, window: 1s}}\n",
+		"a_test.yaml": "rules:\n  - {name: t, subject: request.ip, plugin: fixedwindow, config: {limit: 1, window: 1s}}\n",
+	})
+	names, err := rules.Sources(dir)
+	if err != nil || len(names) != 1 || filepath.Base(names[0]) != "a.yaml" {
+		t.Errorf("Sources(dir) = %v, %v; want a.yaml only", names, err)
+	}
+	named := filepath.Join(dir, "a_test.yaml")
+	if names, err := rules.Sources(named); err != nil || len(names) != 1 || names[0] != named {
+		t.Errorf("Sources(%s) = %v, %v; want the file itself", named, names, err)
+	}
+	for _, name := range []string{"x_test.yaml", "/d/x_test.yml", "x_test.yaml.bak"} {
+		want := !strings.HasSuffix(name, ".bak")
+		if got := rules.IsTestFile(name); got != want {
+			t.Errorf("IsTestFile(%q) = %v", name, got)
+		}
 	}
 }
 

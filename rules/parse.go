@@ -93,14 +93,25 @@ func Parse(path string) (*Files, error) {
 
 // Sources returns the rule files that path stands for, as Parse reads
 // them: path itself when it is not a directory, else the directory's
-// *.yaml and *.yml files (not its subdirectories, not dot files) in name
-// order.
+// *.yaml and *.yml files (not its subdirectories, not dot files, not rule
+// tests: see IsTestFile) in name order.
 func Sources(path string) ([]string, error) {
 	names, err := yamlnode.Files(path)
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		names = slices.DeleteFunc(names, IsTestFile)
+	}
 	return names, nil
+}
+
+// IsTestFile reports whether a file holds rule tests (ruled test) rather
+// than rules: its name ends in _test.yaml or _test.yml. A directory of
+// rules skips them; named on its own, a file is read whatever its name.
+func IsTestFile(name string) bool {
+	base := filepath.Base(name)
+	return strings.HasSuffix(base, "_test.yaml") || strings.HasSuffix(base, "_test.yml")
 }
 
 func (f *Files) parseFile(name string) {
