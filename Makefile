@@ -29,6 +29,7 @@ test:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	@for m in $(MODULES); do echo "(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...)"; \
 		(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
+	@echo "$(GO) run ./cmd/ruled test examples/rules/..."; $(GO) run ./cmd/ruled test examples/rules/...
 
 deps:
 	@./scripts/deps.sh test

@@ -157,6 +157,10 @@ type Options struct {
 	// LoadPlugin loads the third-party plugins rule files declare. Without
 	// it, rule files that declare plugins fail to load.
 	LoadPlugin PluginLoader
+	// NoShortcuts has every request decided by its plugin: no deny cache
+	// and no leases, whatever the rules ask. ruled test --redis runs so, to
+	// answer as the reference models do.
+	NoShortcuts bool
 	// DecisionTimeout bounds one check (default DecisionTimeoutCalls times
 	// the capability's time-out): the Redis calls of all its rules and the
 	// refunds of a denial share it, and a rule reached once it is spent
@@ -264,6 +268,7 @@ type Engine struct {
 	leases      *leases
 	timeout     time.Duration    // DecisionTimeout
 	now         func() time.Time // Options.Now
+	noShortcuts bool             // Options.NoShortcuts
 }
 
 // ErrNoRule is the error of an operation on a rule the serving set lacks.
@@ -333,7 +338,7 @@ func NewEngine(o Options) (*Engine, error) {
 	}
 	e.subjectObs, _ = e.obs.(SubjectObserver)
 	e.leaseObs, _ = e.obs.(LeaseObserver)
-	e.timeout = o.DecisionTimeout
+	e.timeout, e.noShortcuts = o.DecisionTimeout, o.NoShortcuts
 	if e.timeout <= 0 {
 		e.timeout = DecisionTimeoutCalls * o.Capability.Timeout()
 	}
@@ -737,9 +742,9 @@ func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.
 		return
 	}
 	key := local.Key{Rule: rule.Name, Subject: sel.Subject} // in the local caches
-	leased := leaseable(rule, req)
+	leased := !e.noShortcuts && leaseable(rule, req)
 	// A retry with a dedup_id is answered by the plugin, which knows it.
-	denyCached := rule.DenyCache && req.Hits > 0 && !req.BestEffort && req.DedupID == ""
+	denyCached := !e.noShortcuts && rule.DenyCache && req.Hits > 0 && !req.BestEffort && req.DedupID == ""
 	if denyCached {
 		if d, ok := e.deny.Get(key, req.Hits); ok {
 			rr.Decision, rr.cached = d, true

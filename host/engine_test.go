@@ -188,3 +188,30 @@ rules:
 		t.Fatalf("wide rule remaining %+v, want 97: denied requests must not use its quota", peek.Results[0])
 	}
 }
+
+func TestNoShortcutsSendsEveryRequestToThePlugin(t *testing.T) {
+	srv := redistest.Start(t)
+	var calls atomic.Int64
+	o := capability.Options{Timeout: 5 * time.Second, Observe: func(string, string, string, time.Duration, error) { calls.Add(1) }}
+	e := newEngineOpts(t, srv, `
+rules:
+  - name: leased
+    subject: request.ip
+    plugin: fixedwindow
+    lease: 5
+    config: {limit: 3, window: 1h}
+`, o, func(o *host.Options) { o.NoShortcuts = true })
+	for i := range 6 {
+		before := calls.Load()
+		res := check(e, "192.0.2.1")
+		if res.Allowed != (i < 3) {
+			t.Fatalf("check %d allowed %v", i, res.Allowed)
+		}
+		if calls.Load() != before+1 {
+			t.Fatalf("check %d made %d script calls, want 1 (no lease, no deny cache)", i, calls.Load()-before)
+		}
+	}
+	if e.DenyCacheHits() != 0 {
+		t.Errorf("deny cache answered %d checks", e.DenyCacheHits())
+	}
+}

@@ -3,6 +3,7 @@
 //	ruled serve   --rules PATH [--listen 127.0.0.1:8080] [--redis URL] ...
 //	ruled check   [--start-plugins] [--format text|json] PATH
 //	ruled eval    --rules PATH --input FILE.json [--format text|json]
+//	ruled test    [--redis URL] [--run REGEXP] [--format text|json] PATH...
 //	ruled plugin  build DIR -o FILE.wasm | inspect FILE.wasm
 //	ruled import  envoy PATH -o DIR [--force] [--format text|json]
 //	ruled version
@@ -29,6 +30,7 @@ Usage:
   ruled serve --rules PATH [flags]                 run the daemon (ruled serve -h lists the flags)
   ruled check [--start-plugins] [--format F] PATH  validate rule files; exit 1 on error (ruled check -h)
   ruled eval --rules PATH --input F [--format F]   trace which rules match a /v1/check body (no Redis)
+  ruled test [--redis URL] [--format F] PATH...     run rule tests (*_test.yaml); exit 1 on failure (ruled test -h)
   ruled plugin build DIR -o F.wasm                 build a Go plugin package as a Wasm module
   ruled plugin inspect F.wasm                      print a module's name, version, scripts, commands and sha256
   ruled import envoy PATH -o DIR [--force] [--format F]
@@ -59,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return check(args[1:], stdout, stderr)
 	case "eval":
 		return evalCmd(args[1:], stdout, stderr)
+	case "test":
+		return testCmd(ctx, args[1:], stdout, stderr)
 	case "plugin":
 		return pluginCmd(ctx, args[1:], stdout, stderr)
 	case "import":

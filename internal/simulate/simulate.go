@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/plugins/builtin"
@@ -59,7 +60,7 @@ func New(set *rules.Set) (*Simulator, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w for rules %v: run them against Redis", ErrNoModel, missing)
+		return nil, fmt.Errorf("%w for rules %s", ErrNoModel, strings.Join(missing, ", "))
 	}
 	return &Simulator{set: set, static: map[*rules.Rule]builtin.Model{}, models: map[modelKey]builtin.Model{}}, nil
 }

@@ -1,0 +1,217 @@
+package ruletest_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/internal/ruletest"
+	"github.com/ruled-dev/ruled/internal/simulate"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/rules"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+const rulesYAML = `rules:
+  - name: per-ip
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 3, window: 10s}
+  - name: admin
+    when: request.path startsWith "/admin"
+    subject: request.user
+    plugin: tokenbucket
+    config: {rate: 1, per: 1s, burst: 2}
+`
+
+const testYAML = `tests:
+  - name: three per window
+    steps:
+      - request: {ip: 192.0.2.1}
+        repeat: 3
+        expect: {allowed: true}
+      - at: 4s
+        request: {ip: 192.0.2.1}
+        expect:
+          allowed: false
+          retry_after: 6s
+          rules:
+            per-ip: {allowed: false, remaining: 0, retry_after: {value: 6s, tolerance: 1ms}}
+            admin: {matched: false}
+      - at: 10s
+        request: {ip: 192.0.2.1}
+        expect: {allowed: true, rules: {per-ip: {remaining: 2, reset: 10s}}}
+  - name: wrong on purpose
+    start: 2026-03-08T09:00:00+01:00
+    steps:
+      - request: {ip: 192.0.2.2, path: /admin/x, user: ann}
+        hits: 2
+        expect:
+          rules:
+            admin: {allowed: true, remaining: 1, subject: ann}
+            per-ip: {remaining: 1}
+      - request: {ip: 192.0.2.2, path: /admin/x, user: ann}
+        repeat: 4
+        hits: 0
+        expect: {allowed: false}
+`
+
+func write(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+type catalog struct{}
+
+func (catalog) Lookup(name string) (sdk.Algorithm, bool) {
+	for _, a := range builtin.All() {
+		if a.Info().Name == name {
+			return a, true
+		}
+	}
+	return nil, false
+}
+
+func TestRunReportsEachFailureWithItsPosition(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "rules.yaml", rulesYAML)
+	path := write(t, dir, "rules_test.yaml", testYAML)
+	f, err := ruletest.Parse(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Rules != dir {
+		t.Errorf("rules %q, want the file's directory %q", f.Rules, dir)
+	}
+	set, err := rules.Load(f.Rules, catalog{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ruletest.CheckRules(f, set); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Cases) != 2 {
+		t.Fatalf("%d cases", len(f.Cases))
+	}
+	if want := time.Date(2026, 3, 8, 8, 0, 0, 0, time.UTC); !f.Cases[1].Start.Equal(want) {
+		t.Errorf("start %s, want %s", f.Cases[1].Start, want)
+	}
+	var outs []ruletest.Outcome
+	for _, c := range f.Cases {
+		sim, err := simulate.New(set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, c.Run(sim))
+	}
+	if o := outs[0]; !o.Passed() || o.Checks != 5 {
+		t.Errorf("case 1: %d checks, failures %v", o.Checks, o.Failures)
+	}
+	// Case 2: admin grants 2 of a burst of 2 (remaining 0, not 1); per-ip
+	// counts 2 hits of 3 (remaining 1, as expected); the peeks that follow
+	// are denied by the empty bucket, as expected, though 4 are sent.
+	o := outs[1]
+	if o.Passed() || o.Checks != 5 || len(o.Failures) != 1 {
+		t.Fatalf("case 2: %d checks, failures %v", o.Checks, o.Failures)
+	}
+	got := o.Failures[0].Error()
+	want := path + ":25:47: step 1 (at 0s): rule admin: remaining: want 1, got 0"
+	if got != want {
+		t.Errorf("failure\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestRunReportsOneFailingRepetitionAndUnmatchedRules(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "rules.yaml", rulesYAML)
+	path := write(t, dir, "a_test.yaml", `tests:
+  - name: n
+    steps:
+      - request: {ip: 192.0.2.9}
+        repeat: 5
+        expect: {allowed: true, rules: {admin: {allowed: true}}}
+`)
+	f, err := ruletest.Parse(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Load(dir, catalog{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, _ := simulate.New(set)
+	o := f.Cases[0].Run(sim)
+	if o.Checks != 5 || len(o.Failures) != 1 {
+		t.Fatalf("%d checks, failures %v", o.Checks, o.Failures)
+	}
+	if got := o.Failures[0].Error(); !strings.Contains(got, "step 1 (at 0s, check 1 of 5): rule admin: allowed: want true, got no match") {
+		t.Errorf("failure %s", got)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	dir := t.TempDir()
+	path := write(t, dir, "bad_test.yaml", `rules: nowhere.yaml
+tests:
+  - name: a
+    steps:
+      - at: 2s
+        requst: {ip: x}
+      - at: 1s
+        hits: 1.5
+        expect: {allowed: maybe, retry_after: soon, rules: {r: {remainng: 1}}}
+  - name: a
+    steps: []
+  - steps:
+      - repeat: 0
+`)
+	_, err := ruletest.Parse(path)
+	var list rules.ErrorList
+	if !errors.As(err, &list) {
+		t.Fatalf("err %v, want a rules.ErrorList", err)
+	}
+	want := []string{
+		path + `:6:9: unknown key "requst" (did you mean "request"?)`,
+		path + `:7:13: at: 1s is before the step before it (2s): time only moves forward`,
+		path + `:8:15: want a whole number, got "1.5"`,
+		path + `:9:27: want true or false, got "maybe"`,
+		path + `:9:47: want a duration of at least 0 such as 1.5s or 250ms, got "soon"`,
+		path + `:9:65: unknown key "remainng" (did you mean "remaining"?)`,
+		path + `:11:12: steps: want a list of at least one step`,
+		path + `:12:5: name: missing; every case needs a name`,
+		path + `:13:17: repeat: want 1 to 1000000, got 0`,
+	}
+	var got []string
+	for _, e := range list {
+		got = append(got, e.Error())
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("errors\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestCheckRulesNamesUnknownRules(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "rules.yaml", rulesYAML)
+	path := write(t, dir, "x_test.yaml", "tests:\n  - name: a\n    steps:\n      - expect: {rules: {per_ip: {allowed: true, remaining: 1}}}\n")
+	f, err := ruletest.Parse(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Load(dir, catalog{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ruletest.CheckRules(f, set)
+	want := path + `:4:26: expect.rules: no rule "per_ip" in ` + dir + ` (did you mean "per-ip"?)`
+	if err == nil || err.Error() != want {
+		t.Errorf("CheckRules = %v\nwant %s", err, want)
+	}
+}
