@@ -68,8 +68,15 @@ func New(set *rules.Set) (*Simulator, error) {
 // Check decides req at nowUS, a Unix time in microseconds that never
 // goes back between calls.
 func (s *Simulator) Check(nowUS int64, req *host.CheckRequest) host.Result {
+	var res host.Result
+	s.CheckInto(nowUS, req, &res)
+	return res
+}
+
+// CheckInto is Check writing into res, whose Results it reuses.
+func (s *Simulator) CheckInto(nowUS int64, req *host.CheckRequest, res *host.Result) {
 	s.sels = s.set.AppendMatch(s.sels[:0], &rules.Input{Request: req.Request, Attrs: req.Attrs})
-	res := host.Result{Allowed: true, Results: make([]host.RuleResult, 0, len(s.sels))}
+	*res = host.Result{Allowed: true, Results: res.Results[:0]}
 	for i, sel := range s.sels {
 		rr := s.decide(nowUS, sel, req)
 		res.Results = append(res.Results, rr)
@@ -85,7 +92,6 @@ func (s *Simulator) Check(nowUS int64, req *host.CheckRequest) host.Result {
 		break
 	}
 	clear(s.sels)
-	return res
 }
 
 // decide is one rule's decision, as host.Engine makes it.

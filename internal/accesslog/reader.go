@@ -1,0 +1,310 @@
+package accesslog
+
+import (
+	"bufio"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Format is the format of a log.
+type Format string
+
+// The formats a Reader reads.
+const (
+	Auto     Format = "auto"     // json when the first non-blank line starts with "{", else combined
+	Combined Format = "combined" // nginx/Apache combined (a common line is accepted too)
+	Common   Format = "common"   // the common log format; what follows bytes is ignored
+	JSON     Format = "json"     // one JSON object per line
+)
+
+// ParseFormat returns the Format named s; "" is Auto.
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(strings.ToLower(strings.TrimSpace(s))); f {
+	case "":
+		return Auto, nil
+	case Auto, Combined, Common, JSON:
+		return f, nil
+	}
+	return "", fmt.Errorf("unknown log format %q (want auto, combined, common or json)", s)
+}
+
+// DefaultMaxLine is the longest line a Reader reads when Options.MaxLine
+// is 0.
+const DefaultMaxLine = 1 << 20
+
+// Options configure a Reader.
+type Options struct {
+	Format  Format     // "" is Auto
+	JSON    JSONFields // keys of a JSON log; zero: DefaultJSONFields
+	MaxLine int        // longest line in bytes, without its line ending; 0: DefaultMaxLine
+}
+
+// LineError is a line that could not be read as an Entry. Reader.Read and
+// Mapper.Map return it; reading can go on with the next line.
+type LineError struct {
+	Line   int    // 1-based line number
+	Reason string // what is wrong with it
+	Err    error  // the cause, or nil
+}
+
+// Error returns "line N: reason[: cause]".
+func (e *LineError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("line %d: %s: %v", e.Line, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("line %d: %s", e.Line, e.Reason)
+}
+
+// Unwrap returns the cause.
+func (e *LineError) Unwrap() error { return e.Err }
+
+// Reader reads Entries from a log, one per non-blank line. It reuses its
+// buffers; each Entry holds one string copy of its line. A Reader is not
+// safe for concurrent use.
+type Reader struct {
+	br      *bufio.Reader
+	format  Format
+	jsonOpt JSONFields
+	json    *jsonParser
+	max     int
+	long    []byte // a line longer than br's buffer
+	line    int
+	bad     int
+	zones   zones
+	eof     bool
+}
+
+// NewReader returns a Reader of r. It fails only on bad Options.
+func NewReader(r io.Reader, opt Options) (*Reader, error) {
+	f := opt.Format
+	if f == "" {
+		f = Auto
+	}
+	switch f {
+	case Auto, Combined, Common, JSON:
+	default:
+		return nil, fmt.Errorf("access log: unknown format %q (want auto, combined, common or json)", opt.Format)
+	}
+	if opt.MaxLine < 0 {
+		return nil, fmt.Errorf("access log: MaxLine %d is negative", opt.MaxLine)
+	}
+	rd := &Reader{format: f, jsonOpt: opt.JSON, max: opt.MaxLine}
+	if rd.max == 0 {
+		rd.max = DefaultMaxLine
+	}
+	// Build the JSON parser now for json and auto, so that a bad field
+	// configuration fails here, not at the first line.
+	if f == JSON || f == Auto {
+		p, err := newJSONParser(opt.JSON)
+		if err != nil {
+			return nil, fmt.Errorf("access log: %w", err)
+		}
+		rd.json = p
+	}
+	rd.br = bufio.NewReaderSize(r, min(64<<10, rd.max+2))
+	return rd, nil
+}
+
+// Format returns the format being read: Auto until the first non-blank
+// line decides it.
+func (r *Reader) Format() Format { return r.format }
+
+// Line returns the number of lines read so far, blank and bad ones
+// included: after Read, the line number of what it returned.
+func (r *Reader) Line() int { return r.line }
+
+// Bad returns the number of lines that could not be read so far (each was
+// returned as a *LineError).
+func (r *Reader) Bad() int { return r.bad }
+
+// Read reads the next non-blank line into e, which it resets first. It
+// returns io.EOF at the end of the input, a *LineError for a line that
+// does not parse or is longer than MaxLine (the next Read goes on with
+// the next line), and any other error when the input fails.
+func (r *Reader) Read(e *Entry) error {
+	for {
+		line, err := r.next()
+		if err != nil {
+			var le *LineError
+			if errors.As(err, &le) {
+				r.bad++
+			}
+			return err
+		}
+		line = trimSpaceBytes(line)
+		if len(line) == 0 {
+			continue
+		}
+		if r.format == Auto {
+			r.format = Combined
+			if line[0] == '{' {
+				r.format = JSON
+			}
+		}
+		*e = Entry{Line: r.line, raw: string(line)}
+		switch r.format {
+		case JSON:
+			e.json = true
+			err = r.json.parse(e.raw, e, &r.zones)
+		case Common:
+			err = parseCLF(e.raw, e, false, &r.zones)
+		default:
+			err = parseCLF(e.raw, e, true, &r.zones)
+		}
+		if err != nil {
+			r.bad++
+			return &LineError{Line: r.line, Reason: "not a " + string(r.format) + " log line", Err: err}
+		}
+		return nil
+	}
+}
+
+// next returns the next line, without its line ending. The slice is valid
+// until the next call.
+func (r *Reader) next() ([]byte, error) {
+	if r.eof {
+		return nil, io.EOF
+	}
+	line, err := r.br.ReadSlice('\n')
+	switch {
+	case err == nil:
+		r.line++
+		if len(line)-1 > r.max {
+			return nil, r.tooLong()
+		}
+		return line[:len(line)-1], nil
+	case errors.Is(err, bufio.ErrBufferFull):
+		return r.nextLong(line)
+	case err == io.EOF:
+		r.eof = true
+		if len(line) == 0 {
+			return nil, io.EOF
+		}
+		r.line++
+		if len(line) > r.max {
+			return nil, r.tooLong()
+		}
+		return line, nil
+	default:
+		return nil, fmt.Errorf("access log: line %d: %w", r.line+1, err)
+	}
+}
+
+// nextLong reads the rest of a line that does not fit the buffer, and
+// skips the rest of one longer than MaxLine.
+func (r *Reader) nextLong(first []byte) ([]byte, error) {
+	r.line++
+	r.long = append(r.long[:0], first...)
+	over := len(r.long) > r.max
+	for {
+		part, err := r.br.ReadSlice('\n')
+		if !over {
+			r.long = append(r.long, part...)
+			if len(r.long) > r.max+1 || (len(r.long) > r.max && err != nil) {
+				over = true
+				r.long = r.long[:0]
+			}
+		}
+		switch {
+		case err == nil:
+			if over {
+				return nil, r.tooLong()
+			}
+			return r.long[:len(r.long)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err == io.EOF:
+			r.eof = true
+			if over {
+				return nil, r.tooLong()
+			}
+			return r.long, nil
+		default:
+			return nil, fmt.Errorf("access log: line %d: %w", r.line, err)
+		}
+	}
+}
+
+func (r *Reader) tooLong() error {
+	if cap(r.long) > 4*r.max { // keep no huge buffer after a huge line
+		r.long = nil
+	}
+	return &LineError{Line: r.line, Reason: fmt.Sprintf("line longer than %d bytes", r.max)}
+}
+
+// trimSpaceBytes drops a trailing \r (CRLF endings) and surrounding
+// spaces and tabs.
+func trimSpaceBytes(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\r' || b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	return b
+}
+
+// Open opens the log at path for reading, decompressing it when it is
+// gzip (told by its magic bytes, whatever its name; concatenated gzip
+// members are read in turn). "-" is the standard input. Close closes the
+// file.
+func Open(path string) (io.ReadCloser, error) {
+	var f *os.File
+	if path == "-" {
+		f = os.Stdin
+	} else {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			return nil, fmt.Errorf("access log: %w", err)
+		}
+	}
+	br := bufio.NewReaderSize(f, 64<<10)
+	magic, err := br.Peek(2)
+	if err != nil && !errors.Is(err, io.EOF) {
+		f.Close()
+		return nil, fmt.Errorf("access log %s: %w", path, err)
+	}
+	if len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("access log %s: gzip: %w", path, err)
+		}
+		return &logFile{Reader: gz, gz: gz, f: f, path: path}, nil
+	}
+	return &logFile{Reader: br, f: f, path: path}, nil
+}
+
+// logFile is an opened log.
+type logFile struct {
+	io.Reader
+	gz   *gzip.Reader
+	f    *os.File
+	path string
+}
+
+// Read wraps decompression errors with the path.
+func (f *logFile) Read(p []byte) (int, error) {
+	n, err := f.Reader.Read(p)
+	if err != nil && err != io.EOF && f.gz != nil {
+		err = fmt.Errorf("%s: gzip: %w", f.path, err)
+	}
+	return n, err
+}
+
+func (f *logFile) Close() error {
+	var err error
+	if f.gz != nil {
+		err = f.gz.Close()
+	}
+	if f.f != os.Stdin {
+		if cerr := f.f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}

@@ -1,0 +1,150 @@
+package replay_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/internal/replay"
+	"github.com/ruled-dev/ruled/internal/simulate"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/rules"
+	"github.com/ruled-dev/ruled/sdk"
+)
+
+type catalog struct{}
+
+func (catalog) Lookup(name string) (sdk.Algorithm, bool) {
+	for _, a := range builtin.All() {
+		if a.Info().Name == name {
+			return a, true
+		}
+	}
+	return nil, false
+}
+
+func load(t testing.TB, yaml string) *rules.Set {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Load(path, catalog{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+const twoRules = `rules:
+  - name: per-ip
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 5, window: 10s}
+  - name: logins
+    when: request.path == "/login"
+    subject: request.ip
+    plugin: fixedwindow
+    shadow: true
+    config: {limit: 1, window: 1h}
+`
+
+var t0 = time.Date(2026, 11, 24, 13, 59, 58, 0, time.UTC)
+
+func at(d time.Duration) int64 { return t0.Add(d).UnixMicro() }
+
+func req(ip, path string) *host.CheckRequest {
+	return &host.CheckRequest{Request: rules.Request{IP: ip, Path: path, Method: "GET"}, Hits: 1}
+}
+
+func TestReportCountsWhatTheRulesDecide(t *testing.T) {
+	r, err := replay.New(load(t, twoRules), replay.Options{Top: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Windows of 10 s begin at 13:59:50, 14:00:00 and 14:00:10. A sends 8
+	// requests in its first second, 13:59:58: per-ip denies 3.
+	for i := range 8 {
+		r.Check(at(time.Duration(i)*100*time.Millisecond), req("192.0.2.1", "/"))
+	}
+	// B logs in 3 times after 14:00: logins, whose hour began at 14:00,
+	// denies twice (shadow: counted, never enforced).
+	for _, d := range []time.Duration{2500, 2600, 2700} {
+		r.Check(at(d*time.Millisecond), req("192.0.2.2", "/login"))
+	}
+	// Recorded before the one replayed last: replayed at 14:00:00.7.
+	r.Check(at(2*time.Second), req("192.0.2.1", "/"))
+	// A new window for A.
+	r.Check(at(12500*time.Millisecond), req("192.0.2.1", "/"))
+
+	rep := r.Report()
+	if rep.Checks != 13 || rep.Denied != 3 || rep.OutOfOrder != 1 ||
+		!rep.From.Equal(t0) || !rep.To.Equal(t0.Add(12500*time.Millisecond)) {
+		t.Errorf("report %+v", rep)
+	}
+	if len(rep.Rules) != 2 {
+		t.Fatalf("rules %+v", rep.Rules)
+	}
+	ip, logins := rep.Rules[0], rep.Rules[1]
+	if ip.Rule != "per-ip" || ip.Plugin != "fixedwindow" || ip.Shadow || ip.Matched != 13 || ip.Denied != 3 ||
+		ip.PeakPerSecond != 8 || !ip.PeakSecond.Equal(t0) || ip.PeakPerMinute != 8 ||
+		!ip.PeakMinute.Equal(time.Date(2026, 11, 24, 13, 59, 0, 0, time.UTC)) {
+		t.Errorf("per-ip %+v", ip)
+	}
+	if len(ip.TopSubjects) != 1 || ip.TopSubjects[0] != (replay.SubjectCount{Subject: "192.0.2.1", Denied: 3}) {
+		t.Errorf("per-ip top subjects %+v (Top: 1)", ip.TopSubjects)
+	}
+	if len(ip.TopHours) != 1 || ip.TopHours[0].Denied != 3 || !ip.TopHours[0].Hour.Equal(time.Date(2026, 11, 24, 13, 0, 0, 0, time.UTC)) {
+		t.Errorf("per-ip top hours %+v", ip.TopHours)
+	}
+	if !logins.Shadow || logins.Matched != 3 || logins.Denied != 2 ||
+		logins.TopHours[0] != (replay.HourCount{Hour: time.Date(2026, 11, 24, 14, 0, 0, 0, time.UTC), Denied: 2}) {
+		t.Errorf("logins %+v", logins)
+	}
+}
+
+// The replay's totals are the simulator's decisions, counted.
+func TestReplayCountsEveryDecision(t *testing.T) {
+	set := load(t, twoRules)
+	r, err := replay.New(set, replay.Options{Top: 50}) // every subject
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := simulate.New(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	now := t0.UnixMicro()
+	var denied, matched, ruleDenied int64
+	for range 20000 {
+		now += rng.Int64N(400_000)
+		q := req(fmt.Sprint("10.0.0.", rng.IntN(20)), []string{"/", "/login"}[rng.IntN(2)])
+		r.Check(now, q)
+		res := sim.Check(now, q)
+		if !res.Allowed {
+			denied++
+		}
+		for _, rr := range res.Results {
+			if rr.Rule == "per-ip" {
+				matched++
+				if !rr.Allowed {
+					ruleDenied++
+				}
+			}
+		}
+	}
+	rep := r.Report()
+	var sum int64
+	for _, s := range rep.Rules[0].TopSubjects {
+		sum += s.Denied
+	}
+	if rep.Denied != denied || rep.Rules[0].Matched != matched || rep.Rules[0].Denied != ruleDenied || sum != ruleDenied || denied == 0 {
+		t.Errorf("replay denied %d matched %d rule denied %d (subjects %d); simulator %d, %d, %d",
+			rep.Denied, rep.Rules[0].Matched, rep.Rules[0].Denied, sum, denied, matched, ruleDenied)
+	}
+}
