@@ -4,6 +4,7 @@
 //	ruled check   [--start-plugins] [--format text|json] PATH
 //	ruled eval    --rules PATH --input FILE.json [--format text|json]
 //	ruled test    [--redis URL] [--run REGEXP] [--format text|json] PATH...
+//	ruled replay  --rules PATH --log FILE [--log-type T] [--map T=EXPR] [--format text|json]
 //	ruled plugin  build DIR -o FILE.wasm | inspect FILE.wasm
 //	ruled import  envoy PATH -o DIR [--force] [--format text|json]
 //	ruled version
@@ -31,6 +32,7 @@ Usage:
   ruled check [--start-plugins] [--format F] PATH  validate rule files; exit 1 on error (ruled check -h)
   ruled eval --rules PATH --input F [--format F]   trace which rules match a /v1/check body (no Redis)
   ruled test [--redis URL] [--format F] PATH...     run rule tests (*_test.yaml); exit 1 on failure (ruled test -h)
+  ruled replay --rules PATH --log FILE [flags]      replay an access log through the rules (ruled replay -h)
   ruled plugin build DIR -o F.wasm                 build a Go plugin package as a Wasm module
   ruled plugin inspect F.wasm                      print a module's name, version, scripts, commands and sha256
   ruled import envoy PATH -o DIR [--force] [--format F]
@@ -63,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return evalCmd(args[1:], stdout, stderr)
 	case "test":
 		return testCmd(ctx, args[1:], stdout, stderr)
+	case "replay":
+		return replayCmd(args[1:], stdout, stderr)
 	case "plugin":
 		return pluginCmd(ctx, args[1:], stdout, stderr)
 	case "import":
