@@ -218,3 +218,24 @@ func BenchmarkReplayMillionLines(b *testing.B) {
 	}
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/1M-lines")
 }
+
+// Bad lines are skipped and counted; the first five are listed.
+func TestReplayListsTheFirstFiveBadLines(t *testing.T) {
+	var b strings.Builder
+	w := bufio.NewWriter(&b)
+	for i := range 9 {
+		writeCombined(w, "192.0.2.1", replayT0.Add(time.Duration(i)*time.Second), "/")
+		fmt.Fprintf(w, "garbage %d\n", i)
+	}
+	w.Flush()
+	log := writeFile(t, t.TempDir(), "access.log", b.String())
+	code, out, _ := runReplay(t, "--rules", "../../examples/rules", "--log", log, "--format", "json")
+	var rep replayOutput
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	if rep.Lines != 18 || rep.Checks != 9 || rep.BadLines != 9 || len(rep.BadExamples) != 5 ||
+		rep.BadExamples[0].Line != 2 || rep.BadExamples[4].Line != 10 || rep.BadExamples[0].Reason == "" {
+		t.Errorf("lines %d checks %d bad %d examples %+v", rep.Lines, rep.Checks, rep.BadLines, rep.BadExamples)
+	}
+}
