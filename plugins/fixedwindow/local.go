@@ -7,7 +7,8 @@ import (
 )
 
 // NewLocal implements sdk.LocalAlgorithm: the model with the limit scaled to
-// this instance's share. A block (limit 0) stays a block.
+// this instance's share, counting in the same windows or calendar periods.
+// A block (limit 0) stays a block.
 func (Plugin) NewLocal(cfg sdk.Config, share float64) (sdk.LocalLimiter, error) {
 	c, ok := cfg.(Config)
 	if !ok {

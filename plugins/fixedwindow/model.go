@@ -8,10 +8,12 @@ import (
 
 // Model is the in-process reference model of the algorithm: the decisions
 // the script makes, computed in Go from an explicit clock. Tests compare the
-// script against it; it is not safe for concurrent use.
+// script against it, and on_error: local decides with it (NewLocal); it is
+// not safe for concurrent use.
 type Model struct {
 	cfg      Config
 	subjects map[string]*modelState
+	last     [2]int64 // the calendar period found last, [start, end) in µs
 }
 
 type modelState struct {
@@ -22,23 +24,38 @@ type modelState struct {
 // NewModel returns a model for one rule's config.
 func NewModel(c Config) *Model { return &Model{cfg: c, subjects: map[string]*modelState{}} }
 
+// period returns the window that holds nowUS, [start, end) in µs: the
+// fixed window, or the calendar period computed in Go with the zone.
+func (m *Model) period(nowUS int64) (int64, int64) {
+	if m.cfg.Calendar == "" {
+		window, offset := m.cfg.Window.Microseconds(), m.cfg.Offset.Microseconds()
+		start := nowUS - (nowUS-offset)%window
+		return start, start + window
+	}
+	if m.last[0] > nowUS || nowUS >= m.last[1] {
+		p := m.cfg.calendar().periodsAt(nowUS)
+		m.last = [2]int64{p.us[0], p.us[1]}
+	}
+	return m.last[0], m.last[1]
+}
+
 // Decide answers r at time nowUS (microseconds).
 func (m *Model) Decide(nowUS int64, r sdk.Request) sdk.Decision {
-	window, offset, limit := m.cfg.Window.Microseconds(), m.cfg.Offset.Microseconds(), m.cfg.Limit
-	start := nowUS - (nowUS-offset)%window
+	limit := m.cfg.Limit
+	start, end := m.period(nowUS)
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
-	reset := start + window - nowUS
+	reset, window := end-nowUS, us(end-start)
 	if limit == 0 && r.Hits >= 0 {
 		// A block: decided from the clock alone, state untouched; a peek
 		// is denied too, as in an exhausted window.
-		return sdk.Decision{Window: m.cfg.Window, Reset: us(reset), RetryAfter: us(reset)}
+		return sdk.Decision{Window: window, Reset: us(reset), RetryAfter: us(reset)}
 	}
 	st := m.subjects[r.Subject]
 	if st == nil || st.start != start {
 		st = &modelState{start: start, dedup: map[string]int64{}}
 		m.subjects[r.Subject] = st
 	}
-	d := sdk.Decision{Limit: limit, Window: m.cfg.Window, Reset: us(reset)}
+	d := sdk.Decision{Limit: limit, Window: window, Reset: us(reset)}
 	switch {
 	case r.Hits == 0:
 		d.Remaining = max(limit-st.count, 0)

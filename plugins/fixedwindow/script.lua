@@ -1,8 +1,17 @@
--- fixedwindow: a counter per window aligned to Redis time plus an offset.
+-- fixedwindow: a counter per window aligned to Redis time plus an offset,
+-- or per calendar period.
 -- KEYS[1] counter hash {s = window start (us), n = count}
 -- KEYS[2] dedup hash {dedup_id = "<window start>:<granted>"}
 -- ARGV: limit (0 blocks), window_us, offset_us, hits, dedup_id, best_effort (0|1)
 -- Reply: {allowed, granted, limit, remaining, reset_us, retry_after_us}
+-- Calendar periods (declared as the script "calendar"): window_us 0,
+-- offset_us 0, and from ARGV[7] on ascending period boundaries (us), which
+-- the plugin computes in the rule's time zone (Lua has no zone database);
+-- the window is the offered period that holds Redis time.
+-- Reply: {allowed, granted, limit, remaining, reset_us, retry_after_us,
+-- window_us, now_us}; when no offered period holds Redis time, a miss:
+-- window_us 0, now_us the Redis time, the rest 0, and nothing read or
+-- written.
 -- All time values are integers in microseconds; Lua numbers are doubles,
 -- exact for integers below 2^53, and math.fmod is exact, so no rounding
 -- happens anywhere. Stored times are written with %d, never tostring.
@@ -14,8 +23,35 @@ local dedup = ARGV[5]
 local best = ARGV[6] == '1'
 
 local now = ruled_now_us()
-local start = now - math.fmod(now - offset, window)
-local reset = start + window - now
+local start, stop
+if window > 0 then
+  start = now - math.fmod(now - offset, window)
+  stop = start + window
+else
+  for i = 8, #ARGV do
+    local b = tonumber(ARGV[i])
+    if now < b then
+      local a = tonumber(ARGV[i - 1])
+      if now >= a then
+        start, stop = a, b
+      end
+      break
+    end
+  end
+  if not start then
+    return {0, 0, 0, 0, 0, 0, 0, now}
+  end
+end
+local reset = stop - now
+
+-- the reply; a calendar's adds the period's length and Redis time
+local function reply(allowed, granted, lim, remaining, retry)
+  if window > 0 then
+    return {allowed, granted, lim, remaining, reset, retry}
+  end
+  return {allowed, granted, lim, remaining, reset, retry, stop - start, now}
+end
+
 local ttl_ms = math.floor(reset / 1000) + 1000
 local start_s = string.format('%d', start)
 
@@ -24,7 +60,7 @@ local start_s = string.format('%d', start)
 -- recorded; neither reads nor writes the keys. Refunds (below) give back
 -- what the window counted before the block.
 if limit == 0 and hits >= 0 then
-  return {0, 0, 0, 0, reset, reset}
+  return reply(0, 0, 0, 0, reset)
 end
 
 local cur = redis.call('HMGET', KEYS[1], 's', 'n')
@@ -54,9 +90,9 @@ end
 if hits == 0 then
   local remaining = math.max(limit - count, 0)
   if remaining > 0 then
-    return {1, 0, limit, remaining, reset, 0}
+    return reply(1, 0, limit, remaining, 0)
   end
-  return {0, 0, limit, 0, reset, reset}
+  return reply(0, 0, limit, 0, reset)
 end
 
 if hits < 0 then
@@ -75,12 +111,12 @@ if hits < 0 then
     count = count - refund
     store()
   end
-  return {1, -refund, limit, math.max(limit - count, 0), reset, 0}
+  return reply(1, -refund, limit, math.max(limit - count, 0), 0)
 end
 
 local g = recorded()
 if g ~= nil then
-  return {1, g, limit, math.max(limit - count, 0), reset, 0}
+  return reply(1, g, limit, math.max(limit - count, 0), 0)
 end
 
 local granted = 0
@@ -96,6 +132,6 @@ if granted > 0 then
     redis.call('HSET', KEYS[2], dedup, start_s .. ':' .. string.format('%d', granted))
     redis.call('PEXPIRE', KEYS[2], ttl_ms)
   end
-  return {1, granted, limit, limit - count, reset, 0}
+  return reply(1, granted, limit, limit - count, 0)
 end
-return {0, 0, limit, math.max(limit - count, 0), reset, reset}
+return reply(0, 0, limit, math.max(limit - count, 0), reset)

@@ -199,7 +199,7 @@ func TestABIEdges(t *testing.T) {
 	out, ok := m.call(m.init, cat(unknownFields, initReq, unknownFields))
 	info, steps, err := abi.DecodeInfo(out)
 	native := fixedwindow.New().Info()
-	if !ok || err != nil || info.Name != "fixedwindow-as" || fmt.Sprint(info.Scripts) != fmt.Sprint(native.Scripts) || steps {
+	if !ok || err != nil || info.Name != "fixedwindow-as" || fmt.Sprint(info.Scripts) != fmt.Sprint(native.Scripts[:1]) || steps {
 		t.Fatalf("ruled_init: %v %+v %v", ok, info, err)
 	}
 	if _, ok := m.call(m.init, (&abi.InitRequest{ABIVersion: 2}).Append(nil)); ok {
