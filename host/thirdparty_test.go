@@ -360,9 +360,10 @@ rules:
 	if _, err := e.Load(path); err != nil {
 		t.Fatal(err)
 	}
+	version := fixedwindow.New().Info().Version
 	want := map[string]map[string]any{
-		"mine": {"level": "INFO", "msg": "plugin started", "plugin": "mine", "wasm": filepath.Join(dir, "mine.wasm"), "version": "1.0.0"},
-		"conc": {"level": "INFO", "msg": "plugin started", "plugin": "conc", "process": filepath.Join(dir, "conc"), "version": "1.0.0"},
+		"mine": {"level": "INFO", "msg": "plugin started", "plugin": "mine", "wasm": filepath.Join(dir, "mine.wasm"), "version": version},
+		"conc": {"level": "INFO", "msg": "plugin started", "plugin": "conc", "process": filepath.Join(dir, "conc"), "version": version},
 	}
 	var started int
 	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {

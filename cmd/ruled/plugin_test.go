@@ -204,7 +204,7 @@ func TestServeBuiltinsWasm(t *testing.T) {
 	}
 	logs := s.logs.String()
 	for _, alg := range builtin.All() {
-		if want := `msg="plugin started" plugin=` + alg.Info().Name + " version=1.0.0 driver=wasm"; !strings.Contains(logs, want) {
+		if want := `msg="plugin started" plugin=` + alg.Info().Name + " version=" + alg.Info().Version + " driver=wasm"; !strings.Contains(logs, want) {
 			t.Errorf("log lacks %q", want)
 		}
 	}
