@@ -2,9 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -13,15 +12,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync/atomic"
-	"time"
 
-	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/host/capability"
-	"github.com/ruled-dev/ruled/host/store"
 	"github.com/ruled-dev/ruled/internal/ruletest"
 	"github.com/ruled-dev/ruled/internal/simulate"
-	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 )
 
@@ -30,23 +23,26 @@ const testUsage = `Usage: ruled test [--redis URL] [--run REGEXP] [--format text
 Runs rule tests: the cases of *_test.yaml files, each a sequence of checks at virtual
 times with the decisions they expect (docs/rules.md, "Testing rules").
 
-PATH is a test file, a directory (its *_test.yaml and *_test.yml files), or DIR/...
-(those of DIR and every directory below it). A file tests the rules its rules key
-names, else the rule files of its own directory.
+PATH is a test file (its name ends in _test.yaml or _test.yml), a directory (its test
+files), or DIR/... (those of DIR and of every directory below it); dot files are
+skipped. A file tests the rules its rules key names, else the rule files of its own
+directory.
 
-  --redis URL       decide on real Redis (any ruled serve --redis URL) with the clock
-                    injected into the scripts, instead of the plugins' reference models;
-                    keys go under a fresh prefix and are deleted after each case (env
-                    RULED_REDIS)
+  --redis URL       decide on real Redis (any URL ruled serve --redis takes) with the
+                    case's clock injected into the scripts, instead of the plugins'
+                    reference models. Keys go under ruled-test:<random>:, do not expire
+                    while the run lasts, and are deleted when it ends. The environment
+                    variable is RULED_TEST_REDIS, not ruled serve's RULED_REDIS.
   --run REGEXP      run only the cases whose name matches (env RULED_RUN)
   --format FORMAT   text (the default): one line a case, failures below it; json: one
                     object (env RULED_FORMAT):
                       {"ok", "passed", "failed",
                        "files": [{"file", "rules", "errors": [ruled check's errors],
-                                  "cases": [{"name", "line", "passed", "checks",
+                                  "cases": [{"name", "line", "passed", "checks", "error",
                                              "failures": [{"file", "line", "col", "step",
                                                            "check", "at", "rule", "field",
                                                            "want", "got", "message"}]}]}]}
+                    error is why a case stopped before its end (Redis failed), else "".
 
 Without --redis, decisions come from the reference models of the built-in plugins, in
 process and instantly; rules that use a third-party plugin need --redis. Either way every
@@ -54,7 +50,8 @@ request is decided by its plugin: the deny cache and leases, which answer the sa
 more conservatively, are off.
 
 Exit status: 0 every case passed; 1 a case failed, or a test or rule file is invalid;
-2 usage error, no test files, or Redis cannot be reached.
+2 usage error, a PATH without test files, --run matching no case, or Redis cannot be
+reached or failed during a case.
 `
 
 // testReport is the output of ruled test --format json. Its fields are a
@@ -79,6 +76,9 @@ type testCaseReport struct {
 	Passed   bool                `json:"passed"`
 	Checks   int                 `json:"checks"`
 	Failures []testFailureReport `json:"failures"`
+	// Error is why the case stopped before its end (Redis failed); ""
+	// when it ran to its end.
+	Error string `json:"error"`
 }
 
 type testFailureReport struct {
@@ -110,6 +110,10 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	// RULED_REDIS is ruled serve's Redis: tests never reach it unless told.
+	if !flagSet(fs, "redis") {
+		*redisURL = os.Getenv(testRedisEnv)
+	}
 	var match *regexp.Regexp
 	if *runExpr != "" {
 		if match, err = regexp.Compile(*runExpr); err != nil {
@@ -125,6 +129,7 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var backend testBackend = modelBackend{log: log}
 	if *redisURL != "" {
+		redisLogs(log)
 		rb, err := newRedisBackend(ctx, *redisURL, log)
 		if err != nil {
 			fmt.Fprintf(stderr, "ruled test: %v\n", err)
@@ -134,27 +139,30 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		backend = rb
 	}
 	rep := testReport{Files: []testFileReport{}}
+	var broken, stopped, ran int // files that do not load, cases stopped by an error, cases run
 	for _, path := range files {
 		fr := runTestFile(ctx, path, backend, match)
 		for _, c := range fr.Cases {
-			if c.Passed {
+			ran++
+			switch {
+			case c.Error != "":
+				stopped++
+				rep.Failed++
+			case c.Passed:
 				rep.Passed++
-			} else {
+			default:
 				rep.Failed++
 			}
+		}
+		if len(fr.Errors) > 0 {
+			broken++
 		}
 		if format == formatText {
 			writeTestFile(stdout, fr)
 		}
 		rep.Files = append(rep.Files, fr)
 	}
-	broken := 0 // files that do not load
-	for _, f := range rep.Files {
-		if len(f.Errors) > 0 {
-			broken++
-		}
-	}
-	rep.OK = rep.Failed == 0 && broken == 0
+	rep.OK = rep.Failed == 0 && broken == 0 && ran > 0
 	if format == formatJSON {
 		if err := writeJSON(stdout, rep); err != nil {
 			fmt.Fprintf(stderr, "ruled test: %v\n", err)
@@ -166,6 +174,9 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			status = "FAIL"
 		}
 		fmt.Fprintf(stdout, "%s: %d passed, %d failed", status, rep.Passed, rep.Failed)
+		if stopped > 0 {
+			fmt.Fprintf(stdout, " (%d could not run to the end)", stopped)
+		}
 		switch broken {
 		case 0:
 			fmt.Fprintln(stdout)
@@ -175,22 +186,44 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, ", %d files did not load\n", broken)
 		}
 	}
-	if !rep.OK {
+	switch {
+	case stopped > 0:
+		return 2
+	case ran == 0 && broken == 0 && match != nil:
+		fmt.Fprintf(stderr, "ruled test: --run %q matches no case\n", *runExpr)
+		return 2
+	case !rep.OK:
 		return 1
 	}
 	return 0
 }
 
-// testFiles returns the test files paths stand for, in order, each once.
+// testRedisEnv sets ruled test's --redis. It is not RULED_REDIS, which
+// ruled serve reads: a shell set up for serve must not send tests to its
+// Redis.
+const testRedisEnv = "RULED_TEST_REDIS"
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// testFiles returns the test files paths stand for, in order, each once:
+// a file named on its own must be a test file (*_test.yaml), as only those
+// are left out of its directory's rules.
 func testFiles(paths []string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	add := func(p string) {
+		p = filepath.Clean(p)
 		if !seen[p] {
 			seen[p] = true
 			out = append(out, p)
 		}
 	}
+	isTest := func(name string) bool { return rules.IsTestFile(name) && !strings.HasPrefix(filepath.Base(name), ".") }
 	for _, p := range paths {
 		if dir, ok := strings.CutSuffix(p, "/..."); ok {
 			n := len(out)
@@ -201,7 +234,7 @@ func testFiles(paths []string) ([]string, error) {
 				if d.IsDir() && path != dir && strings.HasPrefix(d.Name(), ".") {
 					return filepath.SkipDir
 				}
-				if !d.IsDir() && rules.IsTestFile(path) {
+				if !d.IsDir() && isTest(path) {
 					add(path)
 				}
 				return nil
@@ -219,6 +252,9 @@ func testFiles(paths []string) ([]string, error) {
 			return nil, err
 		}
 		if !fi.IsDir() {
+			if !rules.IsTestFile(p) {
+				return nil, fmt.Errorf("%s: not a test file: their names end in _test.yaml or _test.yml", p)
+			}
 			add(p)
 			continue
 		}
@@ -228,7 +264,7 @@ func testFiles(paths []string) ([]string, error) {
 		}
 		n := len(out)
 		for _, e := range entries {
-			if !e.IsDir() && rules.IsTestFile(e.Name()) {
+			if !e.IsDir() && isTest(e.Name()) {
 				add(filepath.Join(p, e.Name()))
 			}
 		}
@@ -259,6 +295,10 @@ func runTestFile(ctx context.Context, path string, b testBackend, match *regexp.
 		return fr
 	}
 	fr.Rules = f.Rules
+	if err := checkRulesPath(f); err != nil {
+		fr.Errors = reportErrors(err)
+		return fr
+	}
 	tr, err := b.load(ctx, f.Rules)
 	if err == nil {
 		err = ruletest.CheckRules(f, tr.set())
@@ -276,8 +316,11 @@ func runTestFile(ctx context.Context, path string, b testBackend, match *regexp.
 		}
 		cr := testCaseReport{Name: c.Name, Line: c.Pos.Line, Failures: []testFailureReport{}}
 		o, err := tr.run(ctx, c)
+		if err == nil {
+			err = o.Err
+		}
 		if err != nil {
-			cr.Failures = append(cr.Failures, testFailureReport{File: c.Pos.File, Line: c.Pos.Line, Col: c.Pos.Column, Message: err.Error()})
+			cr.Error = err.Error()
 		}
 		cr.Checks = o.Checks
 		for _, fl := range o.Failures {
@@ -285,10 +328,32 @@ func runTestFile(ctx context.Context, path string, b testBackend, match *regexp.
 				Step: fl.Step, Check: fl.Check, At: fl.At.String(), Rule: fl.Rule, Field: fl.Field, Want: fl.Want, Got: fl.Got,
 				Message: fl.Error()})
 		}
-		cr.Passed = len(cr.Failures) == 0
+		cr.Passed = cr.Error == "" && len(cr.Failures) == 0
 		fr.Cases = append(fr.Cases, cr)
 	}
 	return fr
+}
+
+// checkRulesPath refuses a test file whose rules are missing or hold no
+// rule file: its cases would test an empty rule set, which allows
+// everything.
+func checkRulesPath(f *ruletest.File) error {
+	pos := f.RulesPos
+	if pos.File == "" {
+		pos = rules.Position{File: f.Path}
+	}
+	if _, err := os.Stat(f.Rules); err != nil {
+		return rules.ErrorList{&rules.Error{Pos: pos, Code: rules.CodeRead, Message: fmt.Sprintf("rules: %v", err)}}
+	}
+	names, err := rules.Sources(f.Rules)
+	if err != nil {
+		return rules.ErrorList{&rules.Error{Pos: pos, Code: rules.CodeRead, Message: err.Error()}}
+	}
+	if len(names) == 0 {
+		return rules.ErrorList{&rules.Error{Pos: pos, Code: rules.CodeRead, Message: fmt.Sprintf(
+			"rules: no rule files in %s (a test file tests the rules of its directory unless its rules key names others)", f.Rules)}}
+	}
+	return nil
 }
 
 // writeTestFile prints a file's outcome for people: one line a case, its
@@ -314,6 +379,9 @@ func writeTestFile(stdout io.Writer, fr testFileReport) {
 		fmt.Fprintf(stdout, "%s %s:%d: %s (%d checks)\n", status, fr.File, c.Line, c.Name, c.Checks)
 		for _, f := range c.Failures {
 			fmt.Fprintf(stdout, "    %s\n", f.Message)
+		}
+		if c.Error != "" {
+			fmt.Fprintf(stdout, "    stopped: %s\n", c.Error)
 		}
 	}
 }
@@ -342,103 +410,4 @@ func (m modelRules) run(_ context.Context, c *ruletest.Case) (ruletest.Outcome, 
 		return ruletest.Outcome{Case: c}, err
 	}
 	return c.Run(sim), nil
-}
-
-// redisBackend decides on real Redis: one engine per case, under a key
-// prefix of its own, its scripts and shortcuts on the case's clock.
-type redisBackend struct {
-	st    *store.Store
-	log   *slog.Logger
-	run   string       // this run's random part of the key prefix
-	cases atomic.Int64 // cases run, for the prefix
-}
-
-func newRedisBackend(ctx context.Context, url string, log *slog.Logger) (*redisBackend, error) {
-	st, err := store.Open(ctx, store.Options{URL: url, Timeout: capability.DefaultTimeout, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("--redis: %w", err)
-	}
-	if err := st.Client().Ping(ctx).Err(); err != nil {
-		st.Close()
-		return nil, fmt.Errorf("--redis %s: %w", url, err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return &redisBackend{st: st, log: log, run: hex.EncodeToString(b[:])}, nil
-}
-
-func (b *redisBackend) close() { b.st.Close() }
-
-func (b *redisBackend) load(_ context.Context, path string) (testRules, error) {
-	set, _, err := checkRules(path, b.log, false)
-	if err != nil {
-		return nil, err
-	}
-	return &redisRules{b: b, path: path, s: set}, nil
-}
-
-type redisRules struct {
-	b    *redisBackend
-	path string
-	s    *rules.Set
-}
-
-func (r *redisRules) set() *rules.Set { return r.s }
-
-func (r *redisRules) run(ctx context.Context, c *ruletest.Case) (ruletest.Outcome, error) {
-	clock := &engineClock{ctx: ctx}
-	prefix := fmt.Sprintf("ruled-test:%s:%d", r.b.run, r.b.cases.Add(1))
-	cap := capability.New(r.b.st.Client(), capability.Options{Timeout: capability.DefaultTimeout, Prefix: prefix,
-		Logger: r.b.log, Clock: clock.now.Load})
-	wopts, closeWasm := wasmOptions(r.b.log, pluginCallTimeout(capability.DefaultTimeout), "")
-	defer closeWasm()
-	e, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtin.All(), Logger: r.b.log, NoShortcuts: true,
-		LoadPlugin: pluginLoader(r.b.log, wopts, nil), Now: func() time.Time { return time.UnixMicro(clock.now.Load()) }})
-	if err != nil {
-		return ruletest.Outcome{Case: c}, err
-	}
-	defer e.Close(context.WithoutCancel(ctx))
-	set, err := e.Load(r.path)
-	if err != nil {
-		return ruletest.Outcome{Case: c}, err
-	}
-	defer func() {
-		for _, rule := range set.Rules() {
-			if rule.Exempt {
-				continue
-			}
-			if _, err := e.ClearCounters(context.WithoutCancel(ctx), rule.Name); err != nil && !errors.Is(err, host.ErrNoRule) {
-				r.b.log.Warn("test keys not deleted", "prefix", prefix, "rule", rule.Name, "err", err)
-			}
-		}
-	}()
-	clock.e = e
-	o := c.Run(clock)
-	return o, clock.err
-}
-
-// engineClock is a ruletest.Checker over an engine whose scripts read
-// the time it sets.
-type engineClock struct {
-	ctx context.Context
-	e   *host.Engine
-	now atomic.Int64
-	err error // the first degraded decision: Redis failed the case
-}
-
-func (c *engineClock) Check(nowUS int64, req *host.CheckRequest) host.Result {
-	c.now.Store(nowUS)
-	res := c.e.Check(c.ctx, req)
-	if c.err == nil {
-		for _, rr := range res.Results {
-			// A rule whose expressions fail degrades too, as the models
-			// do; only a capability error is Redis failing.
-			var ce *capability.Error
-			if rr.Degraded != host.DegradedNone && errors.As(rr.Err, &ce) {
-				c.err = fmt.Errorf("rule %s: Redis failed: %w", rr.Rule, rr.Err)
-				break
-			}
-		}
-	}
-	return res
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -139,6 +140,99 @@ func TestRuleTestRefusals(t *testing.T) {
 		{[]string{bad}, 1, "FAIL: 0 passed, 0 failed, 1 file did not load\n"},
 		{[]string{bad}, 1, `bad_test.yaml:4:26: expect.rules: no rule "per_ip" in ` + bad + ` (did you mean "per-ip"?)`},
 		{[]string{third}, 1, "only Redis can decide them (ruled test --redis URL)"},
+	} {
+		code, out, errOut := runTest(t, c.args...)
+		if code != c.code || !strings.Contains(out+errOut, c.message) {
+			t.Errorf("ruled test %v: exit %d, want %d with %q\n%s%s", c.args, code, c.code, c.message, out, errOut)
+		}
+	}
+}
+
+// ruled serve's RULED_REDIS never sends tests to Redis; RULED_TEST_REDIS
+// does; a password in the URL is never printed.
+func TestRuleTestRedisFromTheEnvironment(t *testing.T) {
+	t.Setenv("RULED_REDIS", "127.0.0.1:1")
+	if code, out, errOut := runTest(t, "../../examples/rules"); code != 0 {
+		t.Errorf("RULED_REDIS reached ruled test: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Setenv("RULED_TEST_REDIS", "redis://ann:s3cret@127.0.0.1:1/0")
+	code, out, errOut := runTest(t, "../../examples/rules")
+	if code != 2 || !strings.Contains(errOut, "--redis") || strings.Contains(out+errOut, "s3cret") {
+		t.Errorf("RULED_TEST_REDIS: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// The deny cache and leases are off on Redis: a denial reports the
+// remaining its plugin does, as on the models, not the cached denial's.
+func TestRuleTestOnRedisHasNoShortcuts(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	writeFile(t, dir, "rules.yaml", "rules:\n  - {name: bucket, subject: request.ip, plugin: tokenbucket, lease: 2, config: {rate: 1, per: 1s, burst: 2}}\n")
+	writeFile(t, dir, "b_test.yaml", `tests:
+  - name: a refilled bucket still too low
+    steps:
+      - request: {ip: 192.0.2.1}
+        hits: 2
+        expect: {allowed: true}
+      - request: {ip: 192.0.2.1}
+        hits: 2
+        expect: {allowed: false, rules: {bucket: {remaining: 0, retry_after: 2s}}}
+      - at: 1500ms
+        request: {ip: 192.0.2.1}
+        hits: 2
+        expect: {allowed: false, rules: {bucket: {remaining: 1, retry_after: 500ms}}}
+`)
+	for _, args := range [][]string{{dir}, {"--redis", srv.Addr(), dir}} {
+		if code, out, _ := runTest(t, args...); code != 0 {
+			t.Errorf("ruled test %v: exit %d\n%s", args, code, out)
+		}
+	}
+}
+
+// A Redis that fails in the middle of a case stops it, says where, and
+// exits 2; the run still deletes what it wrote.
+func TestRuleTestStopsWhenRedisFails(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	writeFile(t, dir, "rules.yaml", "rules:\n  - {name: per-ip, subject: request.ip, plugin: fixedwindow, config: {limit: 5, window: 1s}}\n")
+	file := writeFile(t, dir, "k_test.yaml", `tests:
+  - name: many checks
+    steps:
+      - request: {ip: 192.0.2.1}
+        repeat: 1000000
+`)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		srv.Kill()
+	}()
+	code, out, _ := runTest(t, "--redis", srv.Addr(), dir)
+	if code != 2 || !strings.Contains(out, "    stopped: "+file+":4:9: step 1 (at 0s, check ") ||
+		!strings.Contains(out, "Redis failed, so the case cannot go on") || !strings.Contains(out, "FAIL: 0 passed, 1 failed (1 could not run to the end)\n") {
+		t.Errorf("exit %d\n%s", code, out)
+	}
+}
+
+func TestRuleTestFindsOnlyTestFiles(t *testing.T) {
+	dir := writeRuleTest(t)
+	writeFile(t, dir, ".#rules_test.yaml", "not: [yaml")
+	sub, other := filepath.Join(dir, "sub"), t.TempDir()
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, sub, "empty_test.yaml", "tests:\n  - name: a\n    steps:\n      - expect: {allowed: true}\n")
+	notes := writeFile(t, other, "notes.yaml", "tests: []\n")
+	nowhere := writeFile(t, other, "nowhere_test.yml", "rules: nowhere\ntests:\n  - name: a\n    steps:\n      - expect: {allowed: true}\n")
+	for _, c := range []struct {
+		args    []string
+		code    int
+		message string
+	}{
+		// Dot files are skipped, paths cleaned: one file, once.
+		{[]string{"--run", "passes", dir, dir + "/./rules_test.yaml"}, 0, "ok: 1 passed, 0 failed\n"},
+		{[]string{"--run", "nothing", dir}, 2, `--run "nothing" matches no case`},
+		{[]string{notes}, 2, "not a test file: their names end in _test.yaml or _test.yml"},
+		{[]string{sub}, 1, "rules: no rule files in " + sub},
+		{[]string{nowhere}, 1, nowhere + ":1:8: rules: stat " + filepath.Join(other, "nowhere") + ": no such file or directory"},
 	} {
 		code, out, errOut := runTest(t, c.args...)
 		if code != c.code || !strings.Contains(out+errOut, c.message) {

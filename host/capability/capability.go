@@ -43,6 +43,12 @@ type Options struct {
 	// Clock, when set, replaces Redis TIME inside scripts with its value in
 	// microseconds. For tests only: production time always comes from Redis.
 	Clock func() int64
+	// HoldKeys, with Clock, makes the scripts' EXPIRE, PEXPIRE, EXPIREAT
+	// and PEXPIREAT do nothing: Redis expires keys on its own clock, which
+	// a test clock may leave far behind (many checks at one instant), and
+	// the scripts tell stale state by the times they store. The caller
+	// deletes the keys. ruled test --redis runs so.
+	HoldKeys bool
 	// BreakerFailures is how many consecutive calls that find Redis
 	// unavailable open the circuit (default DefaultBreakerFailures).
 	BreakerFailures int
@@ -86,6 +92,7 @@ type Capability struct {
 	prefix    string
 	log       *slog.Logger
 	clock     func() int64
+	holdKeys  bool // Options.HoldKeys
 	breaker   *breaker
 	health    health // what Probe found
 	observe   func(plugin, script, node string, took time.Duration, err error)
@@ -112,7 +119,7 @@ type Capability struct {
 
 // New returns a Capability over client.
 func New(client redis.UniversalClient, opts Options) *Capability {
-	c := &Capability{client: client, timeout: opts.Timeout, prefix: opts.Prefix, log: opts.Logger, clock: opts.Clock, observe: opts.Observe}
+	c := &Capability{client: client, timeout: opts.Timeout, prefix: opts.Prefix, log: opts.Logger, clock: opts.Clock, holdKeys: opts.HoldKeys, observe: opts.Observe}
 	if c.observe == nil {
 		c.observe = func(string, string, string, time.Duration, error) {}
 	}
@@ -287,8 +294,18 @@ const MaxReplyBytes = 64 << 10
 
 // Prelude is the start of every declared script. It takes the clock argument
 // the host always passes first off ARGV, defines ruled_now_us() and opens
-// the function that holds the plugin's source (see Source).
+// the function that holds the plugin's source (see Source). A clock that
+// ends in "h" (Options.HoldKeys) makes the plugin's EXPIRE, PEXPIRE,
+// EXPIREAT and PEXPIREAT do nothing: its redis is a local that shadows the
+// global one.
 const Prelude = `local ruled_clock = table.remove(ARGV, 1)
+local redis = redis
+if string.byte(ruled_clock, -1) == 104 then
+  ruled_clock = string.sub(ruled_clock, 1, -2)
+  local real, held = redis, {EXPIRE = true, PEXPIRE = true, EXPIREAT = true, PEXPIREAT = true}
+  local function hold(f) return function(cmd, ...) if held[string.upper(cmd)] then return 1 end return f(cmd, ...) end end
+  redis = setmetatable({call = hold(real.call), pcall = hold(real.pcall)}, {__index = real})
+end
 local function ruled_now_us()
   if ruled_clock ~= '' then return tonumber(ruled_clock) end
   local t = redis.call('TIME')
@@ -552,7 +569,11 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 		call = append(call, k)
 	}
 	if p.cap.clock != nil {
-		call = append(call, strconv.FormatInt(p.cap.clock(), 10))
+		clock := strconv.FormatInt(p.cap.clock(), 10)
+		if p.cap.holdKeys {
+			clock += "h"
+		}
+		call = append(call, clock)
 	} else {
 		call = append(call, "")
 	}

@@ -3,6 +3,7 @@ package capability_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -299,5 +300,70 @@ func TestReplyCap(t *testing.T) {
 	}
 	if _, err := h.Eval(ctx, "str", nil, 10); err != nil {
 		t.Fatalf("a normal call after refused ones: %v", err)
+	}
+}
+
+// With HoldKeys the scripts' expiry commands do nothing: Redis keeps the
+// keys a test clock still needs. The clock is read as before.
+func TestHoldKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	expire := sdk.Script{Name: "expire", Commands: []string{"SET", "PEXPIRE", "EXPIRE", "TTL"}, Source: `
+redis.call('SET', KEYS[1], 'v')
+redis.call('PEXPIRE', KEYS[1], 100000)
+redis.pcall('expire', KEYS[1], 50)
+return {redis.call('TTL', KEYS[1]), ruled_now_us()}`}
+	for _, hold := range []bool{false, true} {
+		c := newCap(t, srv, capability.Options{Clock: func() int64 { return 1_790_000_000_123_457 }, HoldKeys: hold})
+		p, err := c.Register("p", []sdk.Script{expire})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := p.Host("r", fmt.Sprint(hold)).Eval(context.Background(), "expire", []string{"k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		arr, _ := r.Array()
+		var got []int64
+		for _, v := range arr {
+			n, _ := v.Int64()
+			got = append(got, n)
+		}
+		want := "[50 1790000000123457]"
+		if hold {
+			want = "[-1 1790000000123457]" // no expiry
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("HoldKeys %v: TTL and clock %v, want %s", hold, got, want)
+		}
+	}
+}
+
+// ClearAll deletes every key under its capability's prefix, of every
+// plugin and rule, and no other key.
+func TestClearAll(t *testing.T) {
+	srv := redistest.Start(t)
+	set := sdk.Script{Name: "set", Commands: []string{"SET"}, Source: `return redis.call('SET', KEYS[1], 'v')`}
+	write := func(c *capability.Capability, plugin string, n int) {
+		p, err := c.Register(plugin, []sdk.Script{set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if _, err := p.Host(fmt.Sprint("rule", i%3), fmt.Sprint("s", i)).Eval(context.Background(), "set", []string{"k"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mine := newCap(t, srv, capability.Options{Prefix: "ruled-test:run1"})
+	other := newCap(t, srv, capability.Options{Prefix: "ruled-test:run10"})
+	write(mine, "p", 250)
+	write(mine, "q", 5)
+	write(other, "p", 7)
+	n, err := mine.ClearAll(context.Background())
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	left, _ := client.Keys(context.Background(), "*").Result()
+	if err != nil || n != 255 || len(left) != 7 {
+		t.Errorf("ClearAll deleted %d (%v), left %d keys; want 255 deleted and the other run's 7 left", n, err, len(left))
 	}
 }

@@ -113,7 +113,10 @@ func (p *Plugin) rulePattern(rule string) string {
 }
 
 // adminTimeout is the time-out of one SCAN or UNLINK call of the admin API.
-func (p *Plugin) adminTimeout() time.Duration { return max(p.cap.timeout, minAdminCallTimeout) }
+func (p *Plugin) adminTimeout() time.Duration { return p.cap.adminTimeout() }
+
+// adminTimeout is the time-out of one SCAN or UNLINK call of the admin API.
+func (c *Capability) adminTimeout() time.Duration { return max(c.timeout, minAdminCallTimeout) }
 
 // ScanSubjects returns one page of the subjects that rule holds keys for
 // under this plugin, found with SCAN on every master in turn (the one node
@@ -245,19 +248,38 @@ func (p *Plugin) HostForKey(rule, key string, deadline time.Time) sdk.Host {
 // many it deleted. Its cost grows with the whole keyspace: SCAN examines
 // every key of every master. Keys written while it runs may survive it.
 func (p *Plugin) Clear(ctx context.Context, rule string) (int64, error) {
-	pattern := p.rulePattern(rule)
+	n, err := p.cap.clear(ctx, p.rulePattern(rule))
+	if err != nil {
+		return n, classify(p.name, "clear", err)
+	}
+	return n, nil
+}
+
+// ClearAll deletes every key under the capability's prefix, of every
+// plugin, as Clear does. ruled test --redis gives each run a prefix of its
+// own and clears it when the run ends.
+func (c *Capability) ClearAll(ctx context.Context) (int64, error) {
+	n, err := c.clear(ctx, globEscape(c.prefix+":")+"*")
+	if err != nil {
+		return n, fmt.Errorf("capability: clearing %s:*: %w", c.prefix, err)
+	}
+	return n, nil
+}
+
+// clear deletes the keys that match pattern on every master.
+func (c *Capability) clear(ctx context.Context, pattern string) (int64, error) {
 	var deleted atomic.Int64
-	err := forEachMaster(ctx, p.cap.client, func(ctx context.Context, node *redis.Client) error {
+	err := forEachMaster(ctx, c.client, func(ctx context.Context, node *redis.Client) error {
 		var cur uint64
 		for {
-			cctx, cancel := context.WithTimeout(ctx, p.adminTimeout())
+			cctx, cancel := context.WithTimeout(ctx, c.adminTimeout())
 			keys, next, err := node.Scan(cctx, cur, pattern, ScanCount).Result()
 			cancel()
 			if err != nil {
 				return fmt.Errorf("SCAN on %s: %w", nodeName(node), err)
 			}
 			if len(keys) > 0 {
-				n, err := p.unlink(ctx, node, keys)
+				n, err := c.unlink(ctx, node, keys)
 				deleted.Add(n)
 				if err != nil {
 					return err
@@ -269,17 +291,14 @@ func (p *Plugin) Clear(ctx context.Context, rule string) (int64, error) {
 			cur = next
 		}
 	})
-	if err != nil {
-		return deleted.Load(), classify(p.name, "clear", err)
-	}
-	return deleted.Load(), nil
+	return deleted.Load(), err
 }
 
 // unlink removes keys from node in one pipeline of one UNLINK per key (a
 // Cluster refuses a command whose keys are in different slots, and the keys
 // of one SCAN reply are) and returns how many it removed.
-func (p *Plugin) unlink(ctx context.Context, node *redis.Client, keys []string) (int64, error) {
-	cctx, cancel := context.WithTimeout(ctx, p.adminTimeout())
+func (c *Capability) unlink(ctx context.Context, node *redis.Client, keys []string) (int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.adminTimeout())
 	defer cancel()
 	cmds, err := node.Pipelined(cctx, func(pipe redis.Pipeliner) error {
 		for _, k := range keys {

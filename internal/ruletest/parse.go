@@ -26,10 +26,12 @@ import (
 	"github.com/ruled-dev/ruled/rules"
 )
 
-// DefaultStart is when a case's clock starts unless the file or the case
-// sets start: a Monday at midnight UTC, so that windows of a second, a
-// minute, an hour, a day or a week all begin at `at: 0s`.
-var DefaultStart = time.Date(2026, time.January, 5, 0, 0, 0, 0, time.UTC)
+// DefaultStart returns when a case's clock starts unless the file or the
+// case sets start: a Monday at midnight UTC, where fixed windows of a
+// second, a minute, an hour or a day begin (they are aligned to the Unix
+// epoch, a Thursday: a 7-day window is not), and so do calendar days and
+// ISO weeks.
+func DefaultStart() time.Time { return time.Date(2026, time.January, 5, 0, 0, 0, 0, time.UTC) }
 
 // MaxHits bounds the absolute value of a step's hits, as the HTTP API
 // does.
@@ -149,24 +151,32 @@ func (p *parser) parse(content []byte) {
 		}
 		return
 	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errorf(&extra, rules.CodeYAML, "only one YAML document per file is supported")
+	} else if !errors.Is(err, io.EOF) {
+		for _, e := range yamlnode.SyntaxErrors(err) {
+			p.errs = append(p.errs, &rules.Error{Pos: rules.Position{File: p.file.Path, Line: e.Line}, Code: rules.CodeYAML, Message: e.Message})
+		}
+	}
 	root := yamlnode.Resolve(doc.Content[0])
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, rules.CodeBadValue, "want a mapping with the keys %s", strings.Join(fileFields, ", "))
 		return
 	}
-	start := DefaultStart
+	start := DefaultStart()
 	var tests *yaml.Node
-	for _, kv := range p.pairs(root, fileFields) {
+	for _, kv := range p.pairs(root, fileFields, "x-") {
 		switch kv.Key.Value {
 		case "rules":
-			if s, ok := p.str(kv.Val); ok && s != "" {
+			if s, ok := p.str(kv.Val, "rules"); ok && s != "" {
 				if !filepath.IsAbs(s) {
 					s = filepath.Join(filepath.Dir(p.file.Path), s)
 				}
 				p.file.Rules, p.file.RulesPos = s, p.pos(kv.Val)
 			}
 		case "start":
-			if t, ok := p.time(kv.Val); ok {
+			if t, ok := p.time(kv.Val, "start"); ok {
 				start = t
 			}
 		case "tests":
@@ -177,8 +187,8 @@ func (p *parser) parse(content []byte) {
 		p.errorf(root, rules.CodeMissingField, "tests: missing; want a list of cases")
 		return
 	}
-	if tests.Kind != yaml.SequenceNode {
-		p.errorf(tests, rules.CodeBadValue, "tests: want a list of cases")
+	if tests.Kind != yaml.SequenceNode || len(tests.Content) == 0 {
+		p.errorf(tests, rules.CodeBadValue, "tests: want a list of at least one case")
 		return
 	}
 	names := map[string]bool{}
@@ -205,9 +215,9 @@ func (p *parser) parseCase(n *yaml.Node, start time.Time) *Case {
 	for _, kv := range p.pairs(n, caseFields) {
 		switch kv.Key.Value {
 		case "name":
-			c.Name, _ = p.str(kv.Val)
+			c.Name, _ = p.str(kv.Val, "name")
 		case "start":
-			if t, ok := p.time(kv.Val); ok {
+			if t, ok := p.time(kv.Val, "start"); ok {
 				c.Start = t
 			}
 		case "steps":
@@ -247,14 +257,14 @@ func (p *parser) parseStep(n *yaml.Node, prev time.Duration) *Step {
 		v := kv.Val
 		switch kv.Key.Value {
 		case "at":
-			if d, ok := p.duration(v); ok {
+			if d, ok := p.duration(v, "at"); ok {
 				if d < prev {
 					p.errorf(v, rules.CodeBadValue, "at: %s is before the step before it (%s): time only moves forward", d, prev)
 				}
 				s.At = d
 			}
 		case "repeat":
-			if i, ok := p.int(v); ok {
+			if i, ok := p.int(v, "repeat"); ok {
 				if i < 1 || i > MaxRepeat {
 					p.errorf(v, rules.CodeBadValue, "repeat: want 1 to %d, got %d", MaxRepeat, i)
 				}
@@ -265,16 +275,16 @@ func (p *parser) parseStep(n *yaml.Node, prev time.Duration) *Step {
 		case "attrs":
 			s.Request.Attrs = p.strMap(v, "attrs")
 		case "hits":
-			if i, ok := p.int(v); ok {
+			if i, ok := p.int(v, "hits"); ok {
 				if i < -MaxHits || i > MaxHits {
 					p.errorf(v, rules.CodeBadValue, "hits: want %d to %d, got %d", -MaxHits, MaxHits, i)
 				}
 				s.Request.Hits = i
 			}
 		case "dedup_id":
-			s.Request.DedupID, _ = p.str(v)
+			s.Request.DedupID, _ = p.str(v, "dedup_id")
 		case "best_effort":
-			s.Request.BestEffort, _ = p.bool(v)
+			s.Request.BestEffort, _ = p.bool(v, "best_effort")
 		case "expect":
 			s.Expect = p.parseExpect(v)
 		}
@@ -291,15 +301,15 @@ func (p *parser) parseRequest(n *yaml.Node, r *rules.Request) {
 		v := kv.Val
 		switch kv.Key.Value {
 		case "ip":
-			r.IP, _ = p.str(v)
+			r.IP, _ = p.str(v, "request.ip")
 		case "method":
-			r.Method, _ = p.str(v)
+			r.Method, _ = p.str(v, "request.method")
 		case "path":
-			r.Path, _ = p.str(v)
+			r.Path, _ = p.str(v, "request.path")
 		case "host":
-			r.Host, _ = p.str(v)
+			r.Host, _ = p.str(v, "request.host")
 		case "user":
-			r.User, _ = p.str(v)
+			r.User, _ = p.str(v, "request.user")
 		case "headers":
 			r.Headers = rules.NormalizeHeaders(p.strMap(v, "headers"))
 		case "query":
@@ -346,17 +356,21 @@ func (p *parser) parseExpect(n *yaml.Node) []Expectation {
 // duration, or a mapping {value: D, tolerance: D}.
 func (p *parser) expectation(rule, field string, kind int, v *yaml.Node) (Expectation, bool) {
 	e := Expectation{Rule: rule, Field: field, Pos: p.pos(v)}
+	name := "expect." + field
+	if rule != "" {
+		name = "expect.rules." + rule + "." + field
+	}
 	var ok bool
 	switch kind {
 	case kindBool:
-		e.Want, ok = p.bool(v)
+		e.Want, ok = p.bool(v, name)
 	case kindInt:
-		e.Want, ok = p.int(v)
+		e.Want, ok = p.int(v, name)
 	case kindString:
-		e.Want, ok = p.str(v)
+		e.Want, ok = p.str(v, name)
 	case kindDuration:
 		if v.Kind != yaml.MappingNode {
-			e.Want, ok = p.duration(v)
+			e.Want, ok = p.duration(v, name)
 			break
 		}
 		var want *yaml.Node
@@ -365,21 +379,22 @@ func (p *parser) expectation(rule, field string, kind int, v *yaml.Node) (Expect
 			case "value":
 				want = kv.Val
 				e.Pos = p.pos(kv.Val)
-				e.Want, ok = p.duration(kv.Val)
+				e.Want, ok = p.duration(kv.Val, name)
 			case "tolerance":
-				e.Tolerance, _ = p.duration(kv.Val)
+				e.Tolerance, _ = p.duration(kv.Val, name+".tolerance")
 			}
 		}
 		if want == nil {
-			p.errorf(v, rules.CodeMissingField, "%s: value: missing", field)
+			p.errorf(v, rules.CodeMissingField, "%s.value: missing", name)
 		}
 	}
 	return e, ok
 }
 
 // pairs returns n's pairs whose keys are in known (any key when known is
-// nil), reporting the others.
-func (p *parser) pairs(n *yaml.Node, known []string) []yamlnode.Pair {
+// nil), reporting the others; keys that start with skip (when it is not
+// empty) are left out without a word.
+func (p *parser) pairs(n *yaml.Node, known []string, skip ...string) []yamlnode.Pair {
 	all := yamlnode.Pairs(n, func(k *yaml.Node, dup bool) {
 		if dup {
 			p.errorf(k, rules.CodeDuplicateField, "%s: given twice", k.Value)
@@ -392,6 +407,9 @@ func (p *parser) pairs(n *yaml.Node, known []string) []yamlnode.Pair {
 	}
 	out := all[:0]
 	for _, kv := range all {
+		if len(skip) > 0 && strings.HasPrefix(kv.Key.Value, skip[0]) {
+			continue
+		}
 		if !slices.Contains(known, kv.Key.Value) {
 			msg := fmt.Sprintf("unknown key %q", kv.Key.Value)
 			if s := suggest.Closest(kv.Key.Value, known); s != "" {
@@ -407,50 +425,54 @@ func (p *parser) pairs(n *yaml.Node, known []string) []yamlnode.Pair {
 	return out
 }
 
-func (p *parser) scalar(n *yaml.Node, want string) (*yaml.Node, bool) {
+func (p *parser) scalar(n *yaml.Node, field, want string) (*yaml.Node, bool) {
 	n = yamlnode.Resolve(n)
 	if n.Kind != yaml.ScalarNode || yamlnode.IsNull(n) {
-		p.errorf(n, rules.CodeBadValue, "want %s", want)
+		p.errorf(n, rules.CodeBadValue, "%s: want %s", field, want)
 		return nil, false
 	}
 	return n, true
 }
 
-func (p *parser) str(n *yaml.Node) (string, bool) {
-	s, ok := p.scalar(n, "a string")
+func (p *parser) str(n *yaml.Node, field string) (string, bool) {
+	s, ok := p.scalar(n, field, "a string")
 	if !ok {
 		return "", false
 	}
 	return s.Value, true
 }
 
-func (p *parser) bool(n *yaml.Node) (bool, bool) {
-	s, ok := p.scalar(n, "true or false")
+func (p *parser) bool(n *yaml.Node, field string) (bool, bool) {
+	s, ok := p.scalar(n, field, "true or false")
 	if !ok {
 		return false, false
 	}
 	if s.ShortTag() != "!!bool" {
-		p.errorf(n, rules.CodeBadValue, "want true or false, got %q", s.Value)
+		if s.Value == "true" || s.Value == "false" {
+			p.errorf(n, rules.CodeBadValue, "%s: want true or false without quotes, got the string %q", field, s.Value)
+		} else {
+			p.errorf(n, rules.CodeBadValue, "%s: want true or false, got %q", field, s.Value)
+		}
 		return false, false
 	}
 	return s.Value == "true", true
 }
 
-func (p *parser) int(n *yaml.Node) (int64, bool) {
-	s, ok := p.scalar(n, "a whole number")
+func (p *parser) int(n *yaml.Node, field string) (int64, bool) {
+	s, ok := p.scalar(n, field, "a whole number")
 	if !ok {
 		return 0, false
 	}
 	i, err := strconv.ParseInt(s.Value, 10, 64)
 	if err != nil || s.ShortTag() != "!!int" {
-		p.errorf(n, rules.CodeBadValue, "want a whole number, got %q", s.Value)
+		p.errorf(n, rules.CodeBadValue, "%s: want a whole number, got %q", field, s.Value)
 		return 0, false
 	}
 	return i, true
 }
 
-func (p *parser) duration(n *yaml.Node) (time.Duration, bool) {
-	s, ok := p.scalar(n, "a duration such as 1.5s")
+func (p *parser) duration(n *yaml.Node, field string) (time.Duration, bool) {
+	s, ok := p.scalar(n, field, "a duration such as 1.5s")
 	if !ok {
 		return 0, false
 	}
@@ -459,20 +481,21 @@ func (p *parser) duration(n *yaml.Node) (time.Duration, bool) {
 	}
 	d, err := time.ParseDuration(s.Value)
 	if err != nil || d < 0 {
-		p.errorf(n, rules.CodeBadValue, "want a duration of at least 0 such as 1.5s or 250ms, got %q", s.Value)
+		p.errorf(n, rules.CodeBadValue, "%s: want a duration of at least 0 such as 1.5s or 250ms, got %q", field, s.Value)
 		return 0, false
 	}
 	return d, true
 }
 
-func (p *parser) time(n *yaml.Node) (time.Time, bool) {
-	s, ok := p.scalar(n, "an RFC 3339 time such as 2026-03-08T00:00:00-05:00")
+func (p *parser) time(n *yaml.Node, field string) (time.Time, bool) {
+	const want = "an RFC 3339 time such as 2026-03-08T00:00:00-05:00"
+	s, ok := p.scalar(n, field, want)
 	if !ok {
 		return time.Time{}, false
 	}
 	t, err := time.Parse(time.RFC3339Nano, s.Value)
 	if err != nil {
-		p.errorf(n, rules.CodeBadValue, "want an RFC 3339 time such as 2026-03-08T00:00:00-05:00, got %q", s.Value)
+		p.errorf(n, rules.CodeBadValue, "%s: want %s, got %q", field, want, s.Value)
 		return time.Time{}, false
 	}
 	return t, true
@@ -485,7 +508,7 @@ func (p *parser) strMap(n *yaml.Node, field string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, kv := range p.pairs(n, nil) {
-		if s, ok := p.str(kv.Val); ok {
+		if s, ok := p.str(kv.Val, field+"."+kv.Key.Value); ok {
 			out[kv.Key.Value] = s
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/internal/ruletest"
 	"github.com/ruled-dev/ruled/internal/simulate"
 	"github.com/ruled-dev/ruled/plugins/builtin"
@@ -180,9 +181,9 @@ tests:
 	want := []string{
 		path + `:6:9: unknown key "requst" (did you mean "request"?)`,
 		path + `:7:13: at: 1s is before the step before it (2s): time only moves forward`,
-		path + `:8:15: want a whole number, got "1.5"`,
-		path + `:9:27: want true or false, got "maybe"`,
-		path + `:9:47: want a duration of at least 0 such as 1.5s or 250ms, got "soon"`,
+		path + `:8:15: hits: want a whole number, got "1.5"`,
+		path + `:9:27: expect.allowed: want true or false, got "maybe"`,
+		path + `:9:47: expect.retry_after: want a duration of at least 0 such as 1.5s or 250ms, got "soon"`,
 		path + `:9:65: unknown key "remainng" (did you mean "remaining"?)`,
 		path + `:11:12: steps: want a list of at least one step`,
 		path + `:12:5: name: missing; every case needs a name`,
@@ -213,5 +214,61 @@ func TestCheckRulesNamesUnknownRules(t *testing.T) {
 	want := path + `:4:26: expect.rules: no rule "per_ip" in ` + dir + ` (did you mean "per-ip"?)`
 	if err == nil || err.Error() != want {
 		t.Errorf("CheckRules = %v\nwant %s", err, want)
+	}
+}
+
+// failAfter is a checker that fails from its nth check on.
+type failAfter struct {
+	ruletest.Checker
+	n, checks int
+}
+
+func (f *failAfter) Check(nowUS int64, req *host.CheckRequest) host.Result {
+	f.checks++
+	return f.Checker.Check(nowUS, req)
+}
+
+func (f *failAfter) Err() error {
+	if f.checks >= f.n {
+		return errors.New("redis down")
+	}
+	return nil
+}
+
+// A checker that fails stops the case where it failed.
+func TestRunStopsWhereTheCheckerFails(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "rules.yaml", rulesYAML)
+	path := write(t, dir, "f_test.yaml", "tests:\n  - name: n\n    steps:\n      - request: {ip: 192.0.2.1}\n      - at: 1s\n        request: {ip: 192.0.2.1}\n        repeat: 10\n")
+	f, err := ruletest.Parse(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, _ := rules.Load(dir, catalog{})
+	sim, _ := simulate.New(set)
+	o := f.Cases[0].Run(&failAfter{Checker: sim, n: 4})
+	if o.Passed() || o.Checks != 4 || o.Err == nil || o.Err.Error() != path+":5:9: step 2 (at 1s, check 3 of 10): redis down" {
+		t.Errorf("checks %d, err %v", o.Checks, o.Err)
+	}
+}
+
+func TestParseRefusesFilesThatCannotFail(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ content, want string }{
+		{"tests: []\n", ":1:8: tests: want a list of at least one case"},
+		{"x-step: &s {request: {ip: a}}\ntests:\n  - {name: a, steps: [*s]}\n---\ntests: []\n", ":4:1: only one YAML document per file is supported"},
+		{"tests:\n  - {name: a, steps: [{expect: {allowed: 'true'}}]}\n", `:2:42: expect.allowed: want true or false without quotes, got the string "true"`},
+		{"", ": no tests: want a mapping with the key tests"},
+	} {
+		path := write(t, dir, "c_test.yaml", c.content)
+		_, err := ruletest.Parse(path)
+		if err == nil || err.Error() != path+c.want {
+			t.Errorf("%q: err %v\nwant %s", c.content, err, path+c.want)
+		}
+	}
+	// x- keys hold anchors, as in rule files.
+	path := write(t, dir, "a_test.yaml", "x-ann: &ann {user: ann}\ntests:\n  - {name: a, steps: [{request: *ann}]}\n")
+	if f, err := ruletest.Parse(path); err != nil || f.Cases[0].Steps[0].Request.Request.User != "ann" {
+		t.Errorf("x- anchors: %v", err)
 	}
 }

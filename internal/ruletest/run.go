@@ -16,6 +16,13 @@ type Checker interface {
 	Check(nowUS int64, req *host.CheckRequest) host.Result
 }
 
+// FailingChecker is a Checker that can fail to decide (Redis does): after
+// each check Run asks it for its first failure, and stops the case there.
+type FailingChecker interface {
+	Checker
+	Err() error
+}
+
 // Failure is one expectation a step did not meet.
 type Failure struct {
 	Step   int // 1-based index of the step in its case
@@ -48,16 +55,21 @@ type Outcome struct {
 	Case     *Case
 	Checks   int // checks sent
 	Failures []Failure
+	// Err is why the case stopped before its end: its checker failed to
+	// decide (a FailingChecker). The checks after it were not sent.
+	Err error
 }
 
-// Passed reports whether every expectation held.
-func (o Outcome) Passed() bool { return len(o.Failures) == 0 }
+// Passed reports whether the case ran to its end and every expectation
+// held.
+func (o Outcome) Passed() bool { return o.Err == nil && len(o.Failures) == 0 }
 
 // Run sends c's steps to ch, which must hold no state yet, and compares
 // what it decides with what the steps expect. A step repeated n times
 // reports the failures of its first failing check only.
 func (c *Case) Run(ch Checker) Outcome {
 	out := Outcome{Case: c}
+	fc, _ := ch.(FailingChecker)
 	start := c.Start.UnixMicro()
 	for i, s := range c.Steps {
 		now := start + s.At.Microseconds()
@@ -66,6 +78,16 @@ func (c *Case) Run(ch Checker) Outcome {
 			req := s.Request // a copy: checkers may keep nothing of it
 			res := ch.Check(now, &req)
 			out.Checks++
+			if fc != nil {
+				if err := fc.Err(); err != nil {
+					where := fmt.Sprintf("step %d (at %s", i+1, s.At)
+					if s.Repeat > 1 {
+						where += fmt.Sprintf(", check %d of %d", rep, s.Repeat)
+					}
+					out.Err = fmt.Errorf("%s: %s): %w", s.Pos, where, err)
+					return out
+				}
+			}
 			if failed {
 				continue
 			}
