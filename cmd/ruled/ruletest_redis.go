@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tetratelabs/wazero"
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/capability"
@@ -48,7 +49,10 @@ func newRedisBackend(ctx context.Context, url string, log *slog.Logger) (*redisB
 	_, _ = rand.Read(b[:])
 	// One Wasm runtime configuration for the run: its compilation cache
 	// compiles a module once for every case.
-	wopts, closeWasm := wasmOptions(log, pluginCallTimeout(capability.DefaultTimeout), "")
+	wopts, _ := wasmOptions(log, pluginCallTimeout(capability.DefaultTimeout), "")
+	cache := wazero.NewCompilationCache()
+	wopts.Cache = cache
+	closeWasm := func() { _ = cache.Close(context.Background()) }
 	return &redisBackend{st: st, log: log, run: "ruled-test:" + hex.EncodeToString(b[:]), wopts: wopts, closeWasm: closeWasm}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,5 +239,37 @@ func TestRuleTestFindsOnlyTestFiles(t *testing.T) {
 		if code != c.code || !strings.Contains(out+errOut, c.message) {
 			t.Errorf("ruled test %v: exit %d, want %d with %q\n%s%s", c.args, code, c.code, c.message, out, errOut)
 		}
+	}
+}
+
+// A third-party plugin has no model: its rules are tested on Redis, where
+// each case's engine loads the module (compiled once for the run).
+func TestRuleTestThirdPartyPluginOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	buildPlugin(t, "../../examples/plugins/gcra/wasm", filepath.Join(dir, "gcra.wasm"))
+	writeFile(t, dir, "rules.yaml", "plugins:\n  gcra: {wasm: ./gcra.wasm}\nrules:\n"+
+		"  - {name: per-key, subject: request.user, plugin: gcra, config: {rate: 10, per: 1s, burst: 20}}\n")
+	var cases strings.Builder
+	cases.WriteString("tests:\n")
+	for i := range 3 {
+		fmt.Fprintf(&cases, `  - name: burst %d
+    steps:
+      - request: {user: ann}
+        repeat: 21
+        expect: {allowed: true}
+      - request: {user: ann}
+        expect: {allowed: false, rules: {per-key: {retry_after: 100ms}}}
+      - at: 100ms
+        request: {user: ann}
+        expect: {allowed: true}
+`, i)
+	}
+	writeFile(t, dir, "gcra_test.yaml", cases.String())
+	if code, out, errOut := runTest(t, "--redis", srv.Addr(), dir); code != 0 || !strings.HasSuffix(out, "ok: 3 passed, 0 failed\n") {
+		t.Errorf("exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ := runTest(t, dir); code != 1 || !strings.Contains(out, "only Redis can decide them") {
+		t.Errorf("on the models: exit %d\n%s", code, out)
 	}
 }
