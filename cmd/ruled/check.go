@@ -8,7 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ruled-dev/ruled/host"
@@ -137,6 +140,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	path := pos[0]
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	set, notes, err := checkRules(path, log, *start)
+	notes = append(testFileNotes(path), notes...)
 	if format == formatJSON {
 		rep := newCheckReport(path, set, notes, err)
 		if werr := writeJSON(stdout, rep); werr != nil {
@@ -157,6 +161,23 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "ok: %d rules in %s\n", len(set.Rules()), path)
 	return 0
+}
+
+// testFileNotes notes the rule tests (*_test.yaml) of the directory path:
+// its rules skip them, which a rule file of that name would not expect.
+func testFileNotes(path string) []note {
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil // not a directory, or the load reports why
+	}
+	var notes []note
+	for _, e := range entries {
+		if !e.IsDir() && rules.IsTestFile(e.Name()) && !strings.HasPrefix(e.Name(), ".") {
+			notes = append(notes, note{Pos: rules.Position{File: filepath.Join(path, e.Name())},
+				Message: "a rule test, not rules: skipped here (ruled test runs it)"})
+		}
+	}
+	return notes
 }
 
 // newCheckReport is the JSON report of a check of path: the loaded set, or

@@ -77,3 +77,22 @@ func TestWrite(t *testing.T) {
 		t.Fatalf("rename: dir holds %q (temporary files left?)", names)
 	}
 }
+
+// A domain whose file name would end in _test.yaml gets another name: a
+// rule directory skips such files (they hold rule tests).
+func TestFileNamesAreNotTestFiles(t *testing.T) {
+	src := func(domain string) Source {
+		return Source{Name: domain + ".yaml", Content: []byte("domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}
+	}
+	files, _, err := Translate([]Source{src("payments_test"), src("payments")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name)
+	}
+	if !slices.Equal(names, []string{"payments_test-rules.yaml", "payments.yaml"}) {
+		t.Errorf("file names %q", names)
+	}
+}

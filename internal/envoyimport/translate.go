@@ -40,6 +40,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ruled-dev/ruled/rules"
 )
 
 // Source is one envoy ratelimit config file.
@@ -174,6 +176,10 @@ func (g *generator) domain(cfg *domainConfig) *translation {
 	name := sanitize(cfg.domain)
 	if name == "" {
 		name = "domain"
+	}
+	if rules.IsTestFile(name + ".yaml") {
+		// A rule directory skips *_test.yaml files: they hold rule tests.
+		name += "-rules"
 	}
 	if g.fileNames[name] {
 		name += "-" + shortHash(cfg.domain)
