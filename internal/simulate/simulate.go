@@ -20,7 +20,6 @@ package simulate
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 
 	"github.com/ruled-dev/ruled/host"
@@ -39,11 +38,10 @@ type Simulator struct {
 }
 
 // modelKey names the model of a rule with a dynamic config: the rule and
-// the config it resolved to (the config itself when comparable, else its
-// printed form).
+// the config it resolved to, printed.
 type modelKey struct {
 	rule *rules.Rule
-	cfg  any
+	cfg  string
 }
 
 // ErrNoModel is the error of New for rules whose plugin has no reference
@@ -141,10 +139,10 @@ func (s *Simulator) model(sel rules.Selection) builtin.Model {
 		}
 		return m
 	}
-	key := modelKey{rule: r, cfg: sel.Config}
-	if t := reflect.TypeOf(sel.Config); t == nil || !t.Comparable() {
-		key.cfg = fmt.Sprintf("%#v", sel.Config)
-	}
+	// The config's printed values, not the config itself: a config may
+	// hold pointers (fixedwindow's calendar cache) that a new Configure
+	// call of the same values renews.
+	key := modelKey{rule: r, cfg: fmt.Sprint(sel.Config)}
 	m := s.models[key]
 	if m == nil {
 		m = newModel(sel.Config)

@@ -27,8 +27,9 @@ import (
 )
 
 // ruleSet uses every built-in and every way a rule takes part in a check:
-// when, shadow, stop, exempt, replaces, a dynamic config, on_error on a
-// subject that fails to evaluate, and refunds after a later denial.
+// when, shadow, stop, exempt, replaces, a dynamic config, on_error deny
+// and local on a subject that fails to evaluate, and refunds after a later
+// denial.
 const ruleSet = `
 rules:
   - name: vip
@@ -38,6 +39,18 @@ rules:
     subject: request.user
     plugin: fixedwindow
     config: {limit: 8, window: 10s}
+  - name: ann-window
+    when: request.user startsWith "ann"
+    subject: request.user
+    plugin: fixedwindow
+    replaces: [per-user-window]
+    config: {limit: 5, window: 3s}
+  - name: lenient-number
+    when: attrs.m != ""
+    subject: string(int(attrs.m)) + request.path
+    plugin: tokenbucket
+    on_error: local
+    config: {rate: 1, per: 1s, burst: 1}
   - name: per-user-rolling
     subject: request.user
     plugin: rolling
@@ -58,7 +71,7 @@ rules:
     config: {limit: '=attrs.tier == "gold" ? 5 : 3', window: 3s, min_gap: 100ms}
   - name: strict-number
     when: attrs.n != ""
-    subject: string(int(attrs.n))
+    subject: string(int(attrs.n)) + request.path
     plugin: fixedwindow
     on_error: deny
     config: {limit: 2, window: 5s}
@@ -160,10 +173,19 @@ func TestSimulatorDecidesAsTheEngine(t *testing.T) {
 				if rng.IntN(8) == 0 {
 					attrs["n"] = []string{"7", "x"}[rng.IntN(2)]
 				}
+				if rng.IntN(8) == 0 {
+					attrs["m"] = []string{"3", "y"}[rng.IntN(2)]
+				}
 				req := &host.CheckRequest{
 					Request: rules.Request{User: fmt.Sprintf("%s-%d", users[u], seed),
 						Path: fmt.Sprintf("/p%d-%d", rng.IntN(2), seed), Method: methods[rng.IntN(len(methods))]},
 					Attrs: attrs, Hits: rng.Int64N(3),
+				}
+				switch rng.IntN(12) {
+				case 0:
+					req.Hits = -rng.Int64N(3) - 1 // a refund
+				case 1:
+					req.Hits = 3 + rng.Int64N(6) // more than some limits
 				}
 				if rng.IntN(6) == 0 {
 					req.DedupID = fmt.Sprint("d", rng.IntN(4))
