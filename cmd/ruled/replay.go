@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/internal/accesslog"
@@ -39,32 +41,46 @@ cluster (docs/rules.md, "Replaying an access log").
   --top N            subjects and hours listed per rule (default 10; env RULED_TOP)
   --format FORMAT    text (the default) or json: one object (env RULED_FORMAT)
                        {"lines", "bad_lines", "bad_examples": [{"line", "reason"}],
-                        "checks", "from", "to", "denied", "out_of_order",
+                        "read_error", "checks", "from", "to", "denied", "out_of_order",
+                        "max_step_back_seconds", "max_step_back_line",
                         "rules": [{"rule", "plugin", "shadow", "matched", "denied",
                                    "errors", "peak_per_second", "peak_second",
                                    "peak_per_minute", "peak_minute",
                                    "top_subjects": [{"subject", "denied"}],
                                    "top_hours": [{"hour", "denied"}]}]}
+                     lines counts every line read, blank ones included; checks the
+                     requests replayed; times are RFC 3339, or null when there is none
 
 By default a line gives the check body {ip, method, path, host, user, query, and the
 user-agent and referer headers}, hits 1. A line that does not parse, or whose --map
 expression fails, is skipped and counted; the first few are listed.
 
-Exit status: 0 the log was replayed; 1 the rule files do not load, or a rule uses a
-third-party plugin (no reference model); 2 usage error, a bad --field or --map, or a
-log that cannot be read.
+Exit status: 0 the log was replayed; 1 the rule files do not load, a rule uses a
+third-party plugin (no reference model), the log is empty or none of its lines was
+replayed, or reading it failed part way (a truncated gzip: the report covers the lines
+before); 2 usage error, a bad --field or --map, or a log that cannot be opened.
 `
 
 // maxBadExamples is how many skipped lines a replay lists.
 const maxBadExamples = 5
 
+// stepBackWarning is the step back in time above which the text report
+// warns that the log is out of order.
+const stepBackWarning = time.Minute
+
 // replayOutput is the output of ruled replay --format json. Its fields are
 // a stable interface: add to it, never rename or remove.
 type replayOutput struct {
-	// Lines counts the log's non-blank lines; BadLines those skipped.
-	Lines       int          `json:"lines"`
+	// Lines counts every line read, blank ones included: the number of
+	// the last. Lines = Checks + BadLines + the blank lines.
+	Lines int `json:"lines"`
+	// BadLines counts the lines skipped: they did not parse, or a --map
+	// expression failed on them.
 	BadLines    int          `json:"bad_lines"`
 	BadExamples []badExample `json:"bad_examples"`
+	// ReadError is why reading stopped before the end of the log (a
+	// truncated gzip); "" when the whole log was read.
+	ReadError string `json:"read_error"`
 	replay.Report
 }
 
@@ -80,7 +96,13 @@ type specList []string
 func (l *specList) String() string     { return strings.Join(*l, " ") }
 func (l *specList) Set(s string) error { *l = append(*l, s); return nil }
 
+// replayCmd is ruled replay, --log - reading the process's standard input.
 func replayCmd(args []string, stdout, stderr io.Writer) int {
+	return replayMain(args, os.Stdin, stdout, stderr)
+}
+
+// replayMain is ruled replay, reading --log - from stdin.
+func replayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("replay", stderr)
 	rulesPath := fs.String("rules", "", "rule file or directory of *.yaml (required)")
 	logPath := fs.String("log", "", "the access log; - for standard input (required)")
@@ -95,11 +117,23 @@ func replayCmd(args []string, stdout, stderr io.Writer) int {
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
 	}
-	if *rulesPath == "" || *logPath == "" || fs.NArg() > 0 || *top < 1 {
+	usageErr := func(err error) int { fmt.Fprintf(stderr, "ruled replay: %v\n", err); return 2 }
+	var problem string
+	switch {
+	case *rulesPath == "":
+		problem = "--rules is required"
+	case *logPath == "":
+		problem = "--log is required"
+	case fs.NArg() > 0:
+		problem = fmt.Sprintf("unexpected argument %q (the log is given with --log)", fs.Arg(0))
+	case *top < 1:
+		problem = fmt.Sprintf("--top must be at least 1, got %d", *top)
+	}
+	if problem != "" {
+		fmt.Fprintf(stderr, "ruled replay: %s\n\n", problem)
 		fs.Usage()
 		return 2
 	}
-	usageErr := func(err error) int { fmt.Fprintf(stderr, "ruled replay: %v\n", err); return 2 }
 	opts := accesslog.Options{JSON: accesslog.DefaultJSONFields()}
 	var err error
 	if opts.Format, err = accesslog.ParseFormat(*logType); err != nil {
@@ -107,7 +141,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, f := range fields {
 		if err := opts.JSON.Set(f); err != nil {
-			return usageErr(fmt.Errorf("--field %s: %w", f, err))
+			return usageErr(fmt.Errorf("--field: %w", err))
 		}
 	}
 	mapper, err := accesslog.NewMapper(maps)
@@ -125,14 +159,14 @@ func replayCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ruled replay: %v\n", err)
 		return 1
 	}
-	in, err := accesslog.Open(*logPath)
+	in, err := accesslog.Open(*logPath, stdin)
 	if err != nil {
 		return usageErr(err)
 	}
 	defer in.Close()
 	out, err := replayLog(in, opts, mapper, rp)
 	if err != nil {
-		return usageErr(fmt.Errorf("%s: %w", *logPath, err))
+		return usageErr(fmt.Errorf("--field: %w", err)) // only JSON fields can be wrong
 	}
 	if format == formatJSON {
 		err = writeJSON(stdout, out)
@@ -143,10 +177,38 @@ func replayCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ruled replay: %v\n", err)
 		return 1
 	}
+	if msg := replayFailure(out); msg != "" {
+		name := *logPath
+		if name == "-" {
+			name = "standard input"
+		}
+		fmt.Fprintf(stderr, "ruled replay: %s: %s\n", name, msg)
+		return 1
+	}
 	return 0
 }
 
-// replayLog replays every line of in and returns the report.
+// replayFailure returns why a replay that ran is not a pass, or "": the
+// log could not be read to its end, is empty, or gave no request.
+func replayFailure(out replayOutput) string {
+	switch {
+	case out.ReadError != "":
+		return fmt.Sprintf("%s; only the %d lines before it were replayed", out.ReadError, out.Lines)
+	case out.Lines == 0:
+		return "the log is empty"
+	case out.Checks > 0:
+		return ""
+	case out.BadLines == 0:
+		return fmt.Sprintf("no request replayed: the log's %d lines are blank", out.Lines)
+	}
+	x := out.BadExamples[0]
+	return fmt.Sprintf("no request replayed: all %d non-blank lines were skipped (line %d: %s); "+
+		"check --log-type, --field and --map", out.BadLines, x.Line, x.Reason)
+}
+
+// replayLog replays every line of in and returns the report. It stops at
+// the first error reading in, reporting the lines before it (ReadError);
+// it fails only on opts.
 func replayLog(in io.Reader, opts accesslog.Options, m *accesslog.Mapper, rp *replay.Replayer) (replayOutput, error) {
 	out := replayOutput{BadExamples: []badExample{}}
 	r, err := accesslog.NewReader(in, opts)
@@ -156,17 +218,6 @@ func replayLog(in io.Reader, opts accesslog.Options, m *accesslog.Mapper, rp *re
 	var e accesslog.Entry
 	var input rules.Input
 	req := host.CheckRequest{Hits: 1}
-	bad := func(err error) error {
-		var le *accesslog.LineError
-		if !errors.As(err, &le) {
-			return err
-		}
-		out.BadLines++
-		if len(out.BadExamples) < maxBadExamples {
-			out.BadExamples = append(out.BadExamples, badExample{Line: le.Line, Reason: le.Reason})
-		}
-		return nil
-	}
 	for {
 		err := r.Read(&e)
 		if errors.Is(err, io.EOF) {
@@ -175,14 +226,20 @@ func replayLog(in io.Reader, opts accesslog.Options, m *accesslog.Mapper, rp *re
 		if err == nil {
 			err = m.Map(&e, &input)
 		}
-		if err != nil {
-			if err := bad(err); err != nil {
-				return out, err
-			}
+		if err == nil {
+			req.Request, req.Attrs = input.Request, input.Attrs
+			rp.Check(e.Time.UnixMicro(), e.Line, &req)
 			continue
 		}
-		req.Request, req.Attrs = input.Request, input.Attrs
-		rp.Check(e.Time.UnixMicro(), &req)
+		var le *accesslog.LineError
+		if !errors.As(err, &le) {
+			out.ReadError = err.Error()
+			break
+		}
+		out.BadLines++
+		if len(out.BadExamples) < maxBadExamples {
+			out.BadExamples = append(out.BadExamples, badExample{Line: le.Line, Reason: le.Message()})
+		}
 	}
 	out.Lines = r.Line()
 	out.Report = rp.Report()
@@ -192,18 +249,31 @@ func replayLog(in io.Reader, opts accesslog.Options, m *accesslog.Mapper, rp *re
 // writeReplay writes the report for people.
 func writeReplay(w io.Writer, out replayOutput) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "replayed %d lines", out.Checks)
+	fmt.Fprintf(&b, "replayed %d requests (of %d lines", out.Checks, out.Lines)
+	var left []string
 	if out.BadLines > 0 {
-		fmt.Fprintf(&b, " (%d more skipped: bad lines)", out.BadLines)
+		left = append(left, fmt.Sprintf("%d skipped", out.BadLines))
 	}
-	if out.Checks > 0 {
-		fmt.Fprintf(&b, " from %s to %s (%s)", out.From.Format(timeLayout), out.To.Format(timeLayout), out.To.Sub(out.From))
+	if blank := int64(out.Lines-out.BadLines) - out.Checks; blank > 0 {
+		left = append(left, fmt.Sprintf("%d blank", blank))
+	}
+	if len(left) > 0 {
+		b.WriteString("; " + strings.Join(left, ", "))
+	}
+	b.WriteString(")")
+	if out.From != nil {
+		fmt.Fprintf(&b, " from %s to %s (%s)", out.From.Format(timeLayout), out.To.Format(timeLayout), out.To.Sub(*out.From))
 	}
 	fmt.Fprintf(&b, ": %d denied%s", out.Denied, percent(out.Denied, out.Checks))
 	if out.OutOfOrder > 0 {
-		fmt.Fprintf(&b, "; %d lines logged before the line above them were replayed at its time", out.OutOfOrder)
+		fmt.Fprintf(&b, "; %d out of time order, replayed at the latest time before them", out.OutOfOrder)
 	}
 	b.WriteString("\n")
+	if step := time.Duration(out.MaxStepBack * float64(time.Second)).Round(time.Millisecond); step > stepBackWarning {
+		fmt.Fprintf(&b, "warning: line %d goes back %s in time (logs concatenated out of order?): the requests "+
+			"logged before the latest time were replayed at it, crowded together, which overstates denials; "+
+			"sort the log by time, or replay each file separately\n", out.MaxStepBackLine, step)
+	}
 	for _, x := range out.BadExamples {
 		fmt.Fprintf(&b, "  skipped line %d: %s\n", x.Line, x.Reason)
 	}

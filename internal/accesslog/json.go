@@ -81,7 +81,8 @@ func (f *JSONFields) lists() [nFields]*[]string {
 // Set sets one field's keys from a spec "FIELD=KEY[,KEY...]" (as a
 // command-line flag would give it), FIELD being one of time, ip, method,
 // uri, query, host, user, status, bytes, referer, user_agent, request,
-// proto. "FIELD=" reads the field from no key.
+// proto. At least one key is needed: a field read from no key would
+// leave every line without it.
 func (f *JSONFields) Set(spec string) error {
 	name, keys, ok := strings.Cut(spec, "=")
 	if !ok {
@@ -97,6 +98,9 @@ func (f *JSONFields) Set(spec string) error {
 			if k = strings.TrimSpace(k); k != "" {
 				list = append(list, k)
 			}
+		}
+		if len(list) == 0 {
+			return fmt.Errorf("JSON field %q: no key named (want FIELD=KEY[,KEY...])", spec)
 		}
 		*l = list
 		return nil

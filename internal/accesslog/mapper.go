@@ -336,7 +336,7 @@ func (m *Mapper) eval(e *Entry, in *rules.Input) error {
 		mp := &m.maps[i]
 		out, err := st.vm.Run(mp.prog, &st.env)
 		if err != nil {
-			return &LineError{Line: e.Line, Reason: fmt.Sprintf("map %q", mp.spec), Err: err}
+			return &LineError{Line: e.Line, Reason: fmt.Sprintf("map %q", mp.spec), Err: runError(err)}
 		}
 		v, err := toString(out)
 		if err != nil {
@@ -445,4 +445,18 @@ func (st *state) lookup(name string) any {
 		panic(fmt.Errorf("fields.%s: %w", name, err))
 	}
 	return v
+}
+
+// runError returns an expression's run-time error on one line, without
+// the source snippet under it that expr adds: the cause, when there is
+// one, else the message and where in the expression it failed.
+func runError(err error) error {
+	var fe *file.Error
+	if !errors.As(err, &fe) {
+		return err
+	}
+	if fe.Prev != nil {
+		return fe.Prev
+	}
+	return fmt.Errorf("%s (at character %d of the expression)", fe.Message, fe.From+1)
 }

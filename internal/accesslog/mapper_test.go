@@ -208,6 +208,7 @@ func TestMapRuntimeErrors(t *testing.T) {
 		{`attrs.x=string(len(fields))`, `{"time":1,"t":"a\x22"}`, "decode JSON fields"},
 		{`attrs.x=fields.o.a`, `{"time":1,"o":{"a":tru}}`, "fields.o: invalid character"},
 		{`attrs.x=int(user_agent)`, combinedLine, "Mozilla"},
+		{`attrs.x=fields.o.a.b`, `{"time":1,"o":{}}`, "(at character"},
 	} {
 		m, err := NewMapper([]string{tc.spec})
 		if err != nil {
@@ -230,6 +231,11 @@ func TestMapRuntimeErrors(t *testing.T) {
 		}
 		if tc.want != "decode JSON fields" && !strings.Contains(err.Error(), tc.spec) {
 			t.Errorf("%s: error %q does not name the spec", tc.spec, err)
+		}
+		// One line: the reason is listed beside its line number, with
+		// no source snippet under it.
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: error %q spans lines", tc.spec, err)
 		}
 	}
 }

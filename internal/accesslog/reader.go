@@ -53,10 +53,16 @@ type LineError struct {
 
 // Error returns "line N: reason[: cause]".
 func (e *LineError) Error() string {
+	return fmt.Sprintf("line %d: %s", e.Line, e.Message())
+}
+
+// Message returns what is wrong with the line without its number:
+// "reason[: cause]".
+func (e *LineError) Message() string {
 	if e.Err != nil {
-		return fmt.Sprintf("line %d: %s: %v", e.Line, e.Reason, e.Err)
+		return e.Reason + ": " + e.Err.Error()
 	}
-	return fmt.Sprintf("line %d: %s", e.Line, e.Reason)
+	return e.Reason
 }
 
 // Unwrap returns the cause.
@@ -124,7 +130,8 @@ func (r *Reader) Bad() int { return r.bad }
 // Read reads the next non-blank line into e, which it resets first. It
 // returns io.EOF at the end of the input, a *LineError for a line that
 // does not parse or is longer than MaxLine (the next Read goes on with
-// the next line), and any other error when the input fails.
+// the next line), and any other error, "reading line N: cause", when the
+// input fails.
 func (r *Reader) Read(e *Entry) error {
 	for {
 		line, err := r.next()
@@ -190,7 +197,7 @@ func (r *Reader) next() ([]byte, error) {
 		}
 		return line, nil
 	default:
-		return nil, fmt.Errorf("access log: line %d: %w", r.line+1, err)
+		return nil, fmt.Errorf("reading line %d: %w", r.line+1, err)
 	}
 }
 
@@ -224,7 +231,7 @@ func (r *Reader) nextLong(first []byte) ([]byte, error) {
 			}
 			return r.long, nil
 		default:
-			return nil, fmt.Errorf("access log: line %d: %w", r.line, err)
+			return nil, fmt.Errorf("reading line %d: %w", r.line, err)
 		}
 	}
 }
@@ -250,48 +257,59 @@ func trimSpaceBytes(b []byte) []byte {
 
 // Open opens the log at path for reading, decompressing it when it is
 // gzip (told by its magic bytes, whatever its name; concatenated gzip
-// members are read in turn). "-" is the standard input. Close closes the
-// file.
-func Open(path string) (io.ReadCloser, error) {
-	var f *os.File
+// members are read in turn). "-" reads stdin instead, which Close leaves
+// open. Errors name the path (a read error's cause is "gzip: ..." when
+// decompression fails).
+func Open(path string, stdin io.Reader) (io.ReadCloser, error) {
+	var src io.Reader
+	var closer io.Closer
 	if path == "-" {
-		f = os.Stdin
+		src = stdin
 	} else {
-		var err error
-		if f, err = os.Open(path); err != nil {
+		f, err := os.Open(path)
+		if err != nil {
 			return nil, fmt.Errorf("access log: %w", err)
 		}
+		src, closer = f, f
 	}
-	br := bufio.NewReaderSize(f, 64<<10)
+	fail := func(err error) (io.ReadCloser, error) {
+		if closer != nil {
+			closer.Close()
+		}
+		return nil, fmt.Errorf("access log %s: %w", path, err)
+	}
+	br := bufio.NewReaderSize(src, 64<<10)
 	magic, err := br.Peek(2)
 	if err != nil && !errors.Is(err, io.EOF) {
-		f.Close()
-		return nil, fmt.Errorf("access log %s: %w", path, err)
+		return fail(err)
 	}
 	if len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(br)
 		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("access log %s: gzip: %w", path, err)
+			return fail(fmt.Errorf("gzip: %w", err))
 		}
-		return &logFile{Reader: gz, gz: gz, f: f, path: path}, nil
+		return &logFile{Reader: gz, gz: gz, closer: closer}, nil
 	}
-	return &logFile{Reader: br, f: f, path: path}, nil
+	return &logFile{Reader: br, closer: closer}, nil
 }
 
 // logFile is an opened log.
 type logFile struct {
 	io.Reader
-	gz   *gzip.Reader
-	f    *os.File
-	path string
+	gz     *gzip.Reader
+	closer io.Closer // the file; nil for stdin
 }
 
-// Read wraps decompression errors with the path.
+// Read says which errors come from decompression: a gzip stream that
+// ends early is a truncated file, or one still being written.
 func (f *logFile) Read(p []byte) (int, error) {
 	n, err := f.Reader.Read(p)
-	if err != nil && err != io.EOF && f.gz != nil {
-		err = fmt.Errorf("%s: gzip: %w", f.path, err)
+	switch {
+	case err == nil || err == io.EOF || f.gz == nil:
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("gzip: the data ends early (the file is truncated, or still being written): %w", err)
+	default:
+		err = fmt.Errorf("gzip: %w", err)
 	}
 	return n, err
 }
@@ -301,8 +319,8 @@ func (f *logFile) Close() error {
 	if f.gz != nil {
 		err = f.gz.Close()
 	}
-	if f.f != os.Stdin {
-		if cerr := f.f.Close(); err == nil {
+	if f.closer != nil {
+		if cerr := f.closer.Close(); err == nil {
 			err = cerr
 		}
 	}

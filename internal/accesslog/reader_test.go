@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -391,7 +392,7 @@ func TestOpen(t *testing.T) {
 		return p
 	}
 	paths := func(p string) ([]string, error) {
-		f, err := Open(p)
+		f, err := Open(p, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -432,10 +433,73 @@ func TestOpen(t *testing.T) {
 	if _, err := paths(write("corrupt.gz", corrupt)); err == nil || !strings.Contains(err.Error(), "gzip") {
 		t.Errorf("truncated gzip: %v", err)
 	}
-	if _, err := Open(filepath.Join(dir, "missing.log")); err == nil || !strings.Contains(err.Error(), "missing.log") {
+	// Cut in the middle of the data: the lines before the cut are read,
+	// then an error that says what happened, once, and leaves naming the
+	// file to the caller (who knows it).
+	var long strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&long, "%d.%d.%d.%d - - [10/Oct/2023:13:55:36 +0000] \"GET /%d HTTP/1.1\" 200 %d \"-\" \"-\"\n",
+			i%251, i%241, i%239, i%233, i*7919%10007, i*31%997)
+	}
+	cut := gz(long.String())
+	got, err := paths(write("cut.gz", cut[:len(cut)/2]))
+	if err == nil || !errors.Is(err, io.ErrUnexpectedEOF) || len(got) == 0 || len(got) >= 5000 ||
+		!strings.HasPrefix(err.Error(), fmt.Sprintf("reading line %d: gzip: the data ends early (the file is truncated", len(got)+1)) ||
+		strings.Contains(err.Error(), "cut.gz") {
+		t.Errorf("cut gzip: %d lines, %v", len(got), err)
+	}
+	if _, err := Open(filepath.Join(dir, "missing.log"), nil); err == nil || !strings.Contains(err.Error(), "missing.log") {
 		t.Errorf("missing file: %v", err)
 	}
-	if _, err := Open(write("badheader.gz", []byte{0x1f, 0x8b, 1, 2, 3})); err == nil || !strings.Contains(err.Error(), "gzip") {
+	bad := write("badheader.gz", []byte{0x1f, 0x8b, 1, 2, 3})
+	if _, err := Open(bad, nil); err == nil || !strings.Contains(err.Error(), "gzip") || strings.Count(err.Error(), bad) != 1 {
 		t.Errorf("bad gzip header: %v", err)
+	}
+}
+
+// "-" reads the reader given for standard input, gzip or not, and Close
+// leaves it open.
+func TestOpenStdin(t *testing.T) {
+	line := `1.1.1.1 - - [10/Oct/2023:13:55:36 +0000] "GET /a HTTP/1.1" 200 3 "-" "-"` + "\n"
+	var zipped bytes.Buffer
+	w := gzip.NewWriter(&zipped)
+	w.Write([]byte(line))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"plain": []byte(line), "gzip": zipped.Bytes()} {
+		stdin := &closeCounter{Reader: bytes.NewReader(data)}
+		f, err := Open("-", stdin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(f)
+		if err != nil || string(got) != line {
+			t.Errorf("%s: read %q, %v", name, got, err)
+		}
+		if err := f.Close(); err != nil || stdin.closed {
+			t.Errorf("%s: Close: %v, stdin closed %v", name, err, stdin.closed)
+		}
+	}
+}
+
+type closeCounter struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeCounter) Close() error { c.closed = true; return nil }
+
+// Message is the reason and its cause, without the line number.
+func TestLineErrorMessage(t *testing.T) {
+	cause := errors.New("no time field")
+	e := &LineError{Line: 7, Reason: "not a json log line", Err: cause}
+	if e.Message() != "not a json log line: no time field" || e.Error() != "line 7: not a json log line: no time field" ||
+		!errors.Is(e, cause) {
+		t.Errorf("Message %q, Error %q", e.Message(), e.Error())
+	}
+	e = &LineError{Line: 8, Reason: "line longer than 10 bytes"}
+	if e.Message() != "line longer than 10 bytes" || e.Error() != "line 8: line longer than 10 bytes" {
+		t.Errorf("Message %q, Error %q", e.Message(), e.Error())
 	}
 }

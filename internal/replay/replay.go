@@ -3,8 +3,10 @@
 // and counts what the rules would have decided: `ruled replay`.
 //
 // Time never goes back in a replay: a request recorded before the one
-// replayed last (a log written as requests end, not as they start) is
-// replayed at the later time, and counted as out of order.
+// replayed last (a log written as requests start, or several logs merged)
+// is replayed at the later time, and counted as out of order; the
+// largest such step back is reported with its line, since a large one
+// (logs concatenated out of order) crowds requests into one instant.
 package replay
 
 import (
@@ -40,6 +42,8 @@ type Replayer struct {
 	checks, denied, outOfOrder int64
 	first, now                 int64 // Unix µs
 	started                    bool
+	stepBack                   int64 // largest step back in time, µs
+	stepBackLine               int   // where it was
 }
 
 // ruleStats is what one rule decided.
@@ -90,13 +94,17 @@ func New(set *rules.Set, o Options) (*Replayer, error) {
 	return r, nil
 }
 
-// Check replays req, recorded at atUS (Unix microseconds).
-func (r *Replayer) Check(atUS int64, req *host.CheckRequest) {
+// Check replays req, recorded at atUS (Unix microseconds) on line (its
+// line number in the log, for the report).
+func (r *Replayer) Check(atUS int64, line int, req *host.CheckRequest) {
 	switch {
 	case !r.started:
 		r.first, r.now, r.started = atUS, atUS, true
 	case atUS < r.now:
 		r.outOfOrder++
+		if step := r.now - atUS; step > r.stepBack {
+			r.stepBack, r.stepBackLine = step, line
+		}
 	default:
 		r.now = atUS
 	}
@@ -128,15 +136,21 @@ type Report struct {
 	// Checks is the number of requests replayed.
 	Checks int64 `json:"checks"`
 	// From and To are the times of the first and the last request
-	// replayed.
-	From time.Time `json:"from"`
-	To   time.Time `json:"to"`
+	// replayed; nil (JSON null) when none was.
+	From *time.Time `json:"from"`
+	To   *time.Time `json:"to"`
 	// Denied counts the requests the rules would have denied.
 	Denied int64 `json:"denied"`
 	// OutOfOrder counts requests recorded before one replayed earlier,
 	// replayed at the later time.
-	OutOfOrder int64        `json:"out_of_order"`
-	Rules      []RuleReport `json:"rules"`
+	OutOfOrder int64 `json:"out_of_order"`
+	// MaxStepBack is the largest step back in time, in seconds: how much
+	// earlier than the latest time before it a request was recorded; 0
+	// when the requests are in time order. MaxStepBackLine is that
+	// request's line (the first such, on a tie), 0 when none.
+	MaxStepBack     float64      `json:"max_step_back_seconds"`
+	MaxStepBackLine int          `json:"max_step_back_line"`
+	Rules           []RuleReport `json:"rules"`
 }
 
 // RuleReport is what one rule decided in a replay.
@@ -154,11 +168,11 @@ type RuleReport struct {
 	Errors int64 `json:"errors"`
 	// PeakPerSecond is the most requests it matched in one second of
 	// log time, the first such second starting at PeakSecond; likewise
-	// per minute.
-	PeakPerSecond int64     `json:"peak_per_second"`
-	PeakSecond    time.Time `json:"peak_second"`
-	PeakPerMinute int64     `json:"peak_per_minute"`
-	PeakMinute    time.Time `json:"peak_minute"`
+	// per minute. The times are nil (JSON null) when it matched nothing.
+	PeakPerSecond int64      `json:"peak_per_second"`
+	PeakSecond    *time.Time `json:"peak_second"`
+	PeakPerMinute int64      `json:"peak_per_minute"`
+	PeakMinute    *time.Time `json:"peak_minute"`
 	// TopSubjects are the subjects it denied most, most first.
 	TopSubjects []SubjectCount `json:"top_subjects"`
 	// TopHours are the hours (of log time, in UTC) with the most denials,
@@ -180,9 +194,10 @@ type HourCount struct {
 
 // Report returns what the replay has found so far.
 func (r *Replayer) Report() Report {
-	rep := Report{Checks: r.checks, Denied: r.denied, OutOfOrder: r.outOfOrder, Rules: []RuleReport{}}
+	rep := Report{Checks: r.checks, Denied: r.denied, OutOfOrder: r.outOfOrder,
+		MaxStepBack: float64(r.stepBack) / 1e6, MaxStepBackLine: r.stepBackLine, Rules: []RuleReport{}}
 	if r.started {
-		rep.From, rep.To = time.UnixMicro(r.first).UTC(), time.UnixMicro(r.now).UTC()
+		rep.From, rep.To = utcMicro(r.first), utcMicro(r.now)
 	}
 	for _, st := range r.rules {
 		rr := RuleReport{Rule: st.rule.Name, Plugin: st.rule.Plugin, Shadow: st.rule.Shadow,
@@ -190,8 +205,8 @@ func (r *Replayer) Report() Report {
 			PeakPerSecond: st.second.peakN, PeakPerMinute: st.minute.peakN,
 			TopSubjects: []SubjectCount{}, TopHours: []HourCount{}}
 		if st.matched > 0 {
-			rr.PeakSecond = time.UnixMicro(st.second.peak * st.second.period).UTC()
-			rr.PeakMinute = time.UnixMicro(st.minute.peak * st.minute.period).UTC()
+			rr.PeakSecond = utcMicro(st.second.peak * st.second.period)
+			rr.PeakMinute = utcMicro(st.minute.peak * st.minute.period)
 		}
 		if st.rule.Exempt {
 			rr.Plugin = "exempt"
@@ -213,4 +228,10 @@ func (r *Replayer) Report() Report {
 		rep.Rules = append(rep.Rules, rr)
 	}
 	return rep
+}
+
+// utcMicro returns the time of us (Unix microseconds), in UTC.
+func utcMicro(us int64) *time.Time {
+	t := time.UnixMicro(us).UTC()
+	return &t
 }

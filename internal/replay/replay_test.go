@@ -1,10 +1,12 @@
 package replay_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,21 +70,27 @@ func TestReportCountsWhatTheRulesDecide(t *testing.T) {
 	}
 	// Windows of 10 s begin at 13:59:50, 14:00:00 and 14:00:10. A sends 8
 	// requests in its first second, 13:59:58: per-ip denies 3.
+	line := 0
+	check := func(d time.Duration, q *host.CheckRequest) {
+		line++
+		r.Check(at(d), line, q)
+	}
 	for i := range 8 {
-		r.Check(at(time.Duration(i)*100*time.Millisecond), req("192.0.2.1", "/"))
+		check(time.Duration(i)*100*time.Millisecond, req("192.0.2.1", "/"))
 	}
 	// B logs in 3 times after 14:00: logins, whose hour began at 14:00,
 	// denies twice (shadow: counted, never enforced).
 	for _, d := range []time.Duration{2500, 2600, 2700} {
-		r.Check(at(d*time.Millisecond), req("192.0.2.2", "/login"))
+		check(d*time.Millisecond, req("192.0.2.2", "/login"))
 	}
-	// Recorded before the one replayed last: replayed at 14:00:00.7.
-	r.Check(at(2*time.Second), req("192.0.2.1", "/"))
+	// Line 12, recorded 0.7 s before the one replayed last: replayed at
+	// 14:00:00.7.
+	check(2*time.Second, req("192.0.2.1", "/"))
 	// A new window for A.
-	r.Check(at(12500*time.Millisecond), req("192.0.2.1", "/"))
+	check(12500*time.Millisecond, req("192.0.2.1", "/"))
 
 	rep := r.Report()
-	if rep.Checks != 13 || rep.Denied != 3 || rep.OutOfOrder != 1 ||
+	if rep.Checks != 13 || rep.Denied != 3 || rep.OutOfOrder != 1 || rep.MaxStepBack != 0.7 || rep.MaxStepBackLine != 12 ||
 		!rep.From.Equal(t0) || !rep.To.Equal(t0.Add(12500*time.Millisecond)) {
 		t.Errorf("report %+v", rep)
 	}
@@ -124,7 +132,7 @@ func TestReplayCountsEveryDecision(t *testing.T) {
 	for range 20000 {
 		now += rng.Int64N(400_000)
 		q := req(fmt.Sprint("10.0.0.", rng.IntN(20)), []string{"/", "/login"}[rng.IntN(2)])
-		r.Check(now, q)
+		r.Check(now, 0, q)
 		res := sim.Check(now, q)
 		if !res.Allowed {
 			denied++
@@ -146,5 +154,55 @@ func TestReplayCountsEveryDecision(t *testing.T) {
 	if rep.Denied != denied || rep.Rules[0].Matched != matched || rep.Rules[0].Denied != ruleDenied || sum != ruleDenied || denied == 0 {
 		t.Errorf("replay denied %d matched %d rule denied %d (subjects %d); simulator %d, %d, %d",
 			rep.Denied, rep.Rules[0].Matched, rep.Rules[0].Denied, sum, denied, matched, ruleDenied)
+	}
+}
+
+// Logs concatenated out of order (cat access.log access.log.1): the
+// largest step back in time is reported with its line, not only counted.
+func TestReportsTheLargestStepBack(t *testing.T) {
+	r, err := replay.New(load(t, twoRules), replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Check(at(time.Hour), 1, req("192.0.2.1", "/"))
+	r.Check(at(time.Hour+time.Second), 2, req("192.0.2.1", "/"))
+	r.Check(at(time.Hour), 3, req("192.0.2.1", "/"))             // 1 s back
+	r.Check(at(0), 4, req("192.0.2.1", "/"))                     // the next file: 1 h 1 s back
+	r.Check(at(time.Second), 5, req("192.0.2.1", "/"))           // still before the latest, by less
+	r.Check(at(2*time.Hour), 6, req("192.0.2.1", "/"))           // in order
+	r.Check(at(time.Hour+time.Second), 7, req("192.0.2.1", "/")) // a smaller step
+	rep := r.Report()
+	if rep.OutOfOrder != 4 || rep.MaxStepBack != 3601 || rep.MaxStepBackLine != 4 {
+		t.Errorf("out of order %d, max step back %v s at line %d; want 4, 3601 s at line 4",
+			rep.OutOfOrder, rep.MaxStepBack, rep.MaxStepBackLine)
+	}
+}
+
+// With nothing replayed, or a rule that matched nothing, the times are
+// null in JSON, not the zero time.
+func TestReportTimesAreNullWhenThereAreNone(t *testing.T) {
+	r, err := replay.New(load(t, twoRules), replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(r.Report())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"from":null`, `"to":null`, `"peak_second":null`, `"peak_minute":null`,
+		`"max_step_back_seconds":0`, `"max_step_back_line":0`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("no checks: %s lacks %s", b, want)
+		}
+	}
+	r.Check(at(0), 1, req("192.0.2.1", "/")) // matches per-ip, not logins
+	rep := r.Report()
+	b, err = json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.From == nil || !rep.From.Equal(t0) || rep.Rules[0].PeakSecond == nil || rep.Rules[1].PeakSecond != nil ||
+		strings.Count(string(b), `"peak_second":null`) != 1 || strings.Contains(string(b), "0001-01-01") {
+		t.Errorf("one check: %s", b)
 	}
 }
