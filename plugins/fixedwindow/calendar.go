@@ -105,10 +105,23 @@ func (c calendar) first(wall int64) int64 {
 		_, off := z.Zone()
 		_, end := z.ZoneBounds()
 		at := max(t, wall-int64(off))
-		if end.IsZero() || at < end.Unix() {
+		if end.IsZero() {
 			return at
 		}
-		t = end.Unix()
+		e := end.Unix()
+		if e <= t {
+			// golang/go#81583: past a zone's last listed transition, on
+			// the last day of a leap year, ZoneBounds can end the segment
+			// before t, which would loop for ever. No zone's rule changes
+			// its offset on the last day of a year, so the offset holds
+			// until the next year begins: end the segment there and ask
+			// again (TestPeriodsAtTheEndOfLeapYears).
+			e = time.Date(z.UTC().Year()+1, time.January, 1, 0, 0, 0, 0, time.UTC).Unix()
+		}
+		if at < e {
+			return at
+		}
+		t = e
 	}
 }
 

@@ -50,6 +50,11 @@ func (c Config) String() string {
 	return fmt.Sprintf("{Limit:%d Calendar:%s Location:%s}", c.Limit, c.Calendar, c.calendar().loc)
 }
 
+// GoString is %#v's form: the values, without the cache's address, so
+// that two configs of the same values print alike (the local limiters of
+// on_error: local are keyed so, and keep their counts across a reload).
+func (c Config) GoString() string { return "fixedwindow.Config" + c.String() }
+
 func (c Config) calendar() calendar {
 	if c.Location == nil {
 		return calendar{kind: c.Calendar, loc: time.UTC}
