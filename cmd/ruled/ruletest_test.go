@@ -273,3 +273,25 @@ func TestRuleTestThirdPartyPluginOnRedis(t *testing.T) {
 		t.Errorf("on the models: exit %d\n%s", code, out)
 	}
 }
+
+// Interrupted (Ctrl-C cancels the context), a run on Redis stops its case
+// and still deletes every key it wrote.
+func TestRuleTestInterruptedDeletesItsKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	writeFile(t, dir, "rules.yaml", "rules:\n  - {name: per-ip, subject: request.ip, plugin: fixedwindow, config: {limit: 5, window: 1s}}\n")
+	writeFile(t, dir, "k_test.yaml", "tests:\n  - name: many checks\n    steps:\n      - request: {ip: 192.0.2.1}\n        repeat: 1000000\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		cancel()
+	}()
+	var out, errOut bytes.Buffer
+	code := run(ctx, []string{"test", "--redis", srv.Addr(), dir}, &out, &errOut)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	keys, err := client.Keys(context.Background(), "ruled-test:*").Result()
+	if code != 2 || !strings.Contains(out.String(), "context canceled") || err != nil || len(keys) != 0 {
+		t.Errorf("exit %d, keys left %v (%v)\n%s%s", code, keys, err, out.String(), errOut.String())
+	}
+}
