@@ -2,7 +2,9 @@ package accesslog
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/ruled-dev/ruled/rules"
@@ -148,3 +150,21 @@ func BenchmarkReadMap(b *testing.B) {
 }
 
 var _ io.Reader = (*cycle)(nil)
+
+// BenchmarkScanStringEscapes reads a combined line whose user agent is
+// all escapes, at three sizes: the cost per byte (MB/s) is the same at
+// each, where it used to grow with the length (1.2 s for 600 KB).
+func BenchmarkScanStringEscapes(b *testing.B) {
+	for _, n := range []int{1 << 10, 32 << 10, 1 << 20} {
+		for name, esc := range map[string]string{"backslash": `\\`, "x41": `\x41`} {
+			b.Run(fmt.Sprintf("combined-%s/%d", name, n), func(b *testing.B) {
+				line := `1.2.3.4 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "` + strings.Repeat(esc, n/len(esc)) + `"`
+				benchRead(b, line, Options{Format: Combined, MaxLine: 4 << 20})
+			})
+		}
+		b.Run(fmt.Sprintf("json-u0000/%d", n), func(b *testing.B) {
+			line := `{"time":1,"skipped":"` + strings.Repeat(`\u0000`, n/6) + `"}`
+			benchRead(b, line, Options{Format: JSON, MaxLine: 4 << 20})
+		})
+	}
+}

@@ -3,6 +3,7 @@ package accesslog
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -33,11 +34,15 @@ func parseCLF(s string, e *Entry, full bool, z *zones) error {
 	if i <= 0 {
 		return errNoIP
 	}
+	if err := checkAddr(s[:i]); err != nil {
+		return err
+	}
 	e.setIP(dash(s[:i]))
 	s = s[i+1:]
-	// ident, then the user up to the time; the user may hold spaces.
+	// ident, then the user up to the time; the user may hold spaces and
+	// brackets.
 	i = strings.IndexByte(s, ' ')
-	j := strings.IndexByte(s, '[')
+	j := timeStart(s)
 	if i <= 0 || j < i+2 || s[j-1] != ' ' {
 		if j < 0 {
 			return errNoTime
@@ -111,6 +116,71 @@ func parseCLF(s string, e *Entry, full bool, z *zones) error {
 	}
 	e.UserAgent = dash(ua)
 	return nil
+}
+
+// checkAddr checks the remote address field of a combined or common line:
+// an IP address, or a host name (Apache's HostnameLookups), which has no
+// ':'. A field with a ':' must be an IPv6 address; any other, such as
+// the "www.example.com:443" of Apache's vhost_combined format, is an
+// error. An address without ':' costs one byte search.
+func checkAddr(a string) error {
+	if strings.IndexByte(a, ':') < 0 {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(a); err == nil && ip.Is6() {
+		return nil
+	}
+	return fmt.Errorf("remote address %q is not an IP address or host name: "+
+		"is this Apache's vhost_combined format, which logs the virtual host:port first? "+
+		"Log in JSON or combined instead, or remove the first field (cut -d' ' -f2-)", a)
+}
+
+// timeStart returns the index in s (the line after the address) of the
+// '[' that opens the time. The user before it is chosen by the client
+// (Basic auth) and may hold '[', even a whole "[time]", but not a bare
+// '"' (both servers escape it), so the time is the first '[' after a
+// space that starts dd/Mon/yyyy:hh:mm:ss ±hhmm] followed by spaces and
+// the quoted request; failing that, the first that starts such a time
+// (a line whose request is missing); failing that, the first '[' (the
+// parse reports what is wrong with its time); -1 when there is none.
+// Each '[' is looked at once.
+func timeStart(s string) int {
+	first, shaped := -1, -1
+	for off := 0; ; {
+		k := strings.IndexByte(s[off:], '[')
+		if k < 0 {
+			break
+		}
+		j := off + k
+		if first < 0 {
+			first = j
+		}
+		if j > 0 && s[j-1] == ' ' && clfTimeShape(s[j+1:]) {
+			if rest := skipSpaces(s[j+1+clfTimeLen+1:]); rest != "" && rest[0] == '"' {
+				return j
+			}
+			if shaped < 0 {
+				shaped = j
+			}
+		}
+		off = j + 1
+	}
+	if shaped >= 0 {
+		return shaped
+	}
+	return first
+}
+
+// clfTimeLen is the length of dd/Mon/yyyy:hh:mm:ss ±hhmm.
+const clfTimeLen = 26
+
+// clfTimeShape reports whether s starts with what looks like
+// dd/Mon/yyyy:hh:mm:ss ±hhmm followed by ']': its separators, sign and
+// closing bracket (parseCLFTime checks the rest).
+func clfTimeShape(s string) bool {
+	return len(s) > clfTimeLen && s[clfTimeLen] == ']' &&
+		s[2] == '/' && s[6] == '/' && s[11] == ':' && s[14] == ':' && s[17] == ':' && s[20] == ' ' &&
+		(s[21] == '+' || s[21] == '-')
 }
 
 // setRequestLine sets Method, URI, Path, Query and Proto from a request

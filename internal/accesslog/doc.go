@@ -6,7 +6,9 @@
 // A Reader reads one Entry per line; blank lines are skipped, a line that
 // does not parse is a *LineError with its line number (the caller skips
 // it or stops), and so is a line longer than Options.MaxLine (1 MiB by
-// default). Open opens a file, decompressing gzip whatever its name.
+// default, not counting its \n or \r\n). A UTF-8 byte order mark before
+// the first line is dropped. Open opens a file, decompressing gzip
+// whatever its name.
 //
 //   - combined: the nginx/Apache combined format,
 //     `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"`.
@@ -14,7 +16,11 @@
 //     \t \xHH); "-" is an empty field, and a bytes of "-" is 0. A line
 //     that stops after bytes (a common line) is accepted; what follows the
 //     user agent is ignored. The time must be dd/Mon/yyyy:hh:mm:ss ±hhmm
-//     and keeps its offset.
+//     and keeps its offset. The user may hold spaces and brackets: the
+//     time is the first "[" that starts such a time followed by "]" and
+//     the quoted request. The address must be an IP address or a host
+//     name (no ":"): a line of Apache's vhost_combined format, which
+//     logs host:port first, is an error that says so.
 //   - common: the same without referer and user agent; what follows bytes
 //     is ignored.
 //   - json: one JSON object per line; see below.
@@ -50,7 +56,7 @@
 //	proto       server_protocol, protocol
 //
 // The time is required. It may be an RFC 3339 string (with a fraction of
-// up to 9 digits and an offset, Z or ±hh:mm, kept), a combined-log time
+// up to 9 digits and an offset, Z, ±hh:mm or ±hhmm, kept), a combined-log time
 // string (dd/Mon/yyyy:hh:mm:ss ±hhmm), or a Unix timestamp, as a JSON
 // number or a string holding one, with an optional fraction: seconds
 // (nginx $msec), or, when its whole part is 1e11 or more, milliseconds
@@ -87,9 +93,13 @@
 //	                                      (numbers are floats); empty otherwise
 //
 // Every expression sees the line, not what other specs set. fields.NAME
-// (or fields["NAME"]) reads that one key from the line; other uses of
+// (or fields["NAME"]) reads that one key from the line, and is nil when
+// the key is missing or null, or its value is the string "" or "-":
+// nginx logs a missing variable so (escape=json as "", escape=default as
+// "-"), and the JSONFields keys skip those values too. Other uses of
 // fields (fields[x], "k" in fields, keys(fields)) decode the whole
-// object with encoding/json, several microseconds a line.
+// object with encoding/json, several microseconds a line, and see its
+// values as logged.
 //
 // The result is turned into a string: numbers plainly (200, 0.25, never
 // an exponent), booleans as true or false, a time in RFC 3339, nil as "".
@@ -99,7 +109,7 @@
 //
 //	--map 'attrs.tenant=fields.tenant_id'
 //	--map 'headers.x-api-key=query.api_key'
-//	--map 'ip=split(fields.http_x_forwarded_for ?? ip, ",")[0]'
+//	--map 'ip=trim(split(fields.http_x_forwarded_for ?? ip, ",")[0])'
 //	--map 'attrs.class=status >= 500 ? "error" : "ok"'
 //
 // An expression that does not compile is an error of NewMapper naming

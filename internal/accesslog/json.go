@@ -440,21 +440,27 @@ func skipWS(s string, i int) int {
 
 // scanString reads the JSON string at s[i] ('"'), returning its content
 // (still escaped when esc), the index after its closing quote, and false
-// when it is not closed.
+// when it is not closed. It is one forward pass, linear in the string
+// however many escapes it holds: a backslash skips the byte after it, and
+// the first other quote closes the string. The quote found last is kept
+// until an escape steps past it, so each byte is looked at once.
 func scanString(s string, i int) (v string, end int, esc, ok bool) {
 	start := i + 1
-	j := start
+	j := start // where the search goes on
+	q := -1    // the first quote at or after j, once found
 	for {
-		k := strings.IndexByte(s[j:], '"')
-		if k < 0 {
-			return "", 0, false, false
+		if q < j {
+			k := strings.IndexByte(s[j:], '"')
+			if k < 0 {
+				return "", 0, false, false
+			}
+			q = j + k
 		}
-		q := j + k
 		b := strings.IndexByte(s[j:q], '\\')
 		if b < 0 {
 			return s[start:q], q + 1, esc, true
 		}
-		// An escape before the quote: step over it and look again.
+		// An escape before the quote: step over it.
 		esc = true
 		j += b + 2
 		if j > len(s) {
@@ -515,6 +521,9 @@ func skipValue(s string, i, depth int) (int, error) {
 // (log_format escape=default). Malformed escapes are kept as written; a
 // lone surrogate becomes U+FFFD.
 func jsonUnescape(s string) string {
+	if strings.IndexByte(s, '\\') < 0 {
+		return s
+	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); i++ {

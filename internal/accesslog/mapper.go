@@ -411,23 +411,31 @@ func toString(v any) (string, error) {
 
 // lookup is env.Field: the value of the key name of the entry's JSON
 // object (the last, when the key repeats, as encoding/json keeps it), as
-// encoding/json would decode it; nil when it is missing or the line is
-// not JSON. A value that does not decode panics with the error, which
-// the VM returns.
+// encoding/json would decode it; nil when it is missing, null, the
+// string "" or "-" (how nginx logs a missing value), or the line is not
+// JSON. A value that does not decode panics with the error, which the VM
+// returns.
 func (st *state) lookup(name string) any {
 	e := st.entry
 	if !e.json {
 		return nil
 	}
 	if e.fieldsOK { // decoded already
-		return e.fields[name]
+		v := e.fields[name]
+		if s, ok := v.(string); ok && (s == "" || s == "-") {
+			return nil
+		}
+		return v
 	}
 	raw, kind := findKey(e.raw, name)
 	switch kind {
 	case 0:
 		return nil
 	case 's':
-		return jsonUnescape(raw)
+		if s := jsonUnescape(raw); s != "" && s != "-" {
+			return s
+		}
+		return nil
 	}
 	switch raw {
 	case "true":

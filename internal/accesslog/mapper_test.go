@@ -70,7 +70,7 @@ func checkRequest(t *testing.T, got, want rules.Request) {
 
 func TestMapSpecs(t *testing.T) {
 	specs := []string{
-		`ip=split(fields.http_x_forwarded_for ?? ip, ",")[0]`, // the doc's examples
+		`ip=trim(split(fields.http_x_forwarded_for ?? ip, ",")[0])`, // the doc's examples
 		`attrs.tenant=fields.tenant_id ?? fields.tenant`,
 		`headers.x-api-key=query.next ?? ""`,
 		`headers.User-Agent=upper(user_agent)`, // replaces the default, lower-cased name
@@ -114,6 +114,49 @@ func TestMapSpecs(t *testing.T) {
 	}
 	if in.Attrs["n"] != "0" || in.Attrs["p"] != "" {
 		t.Errorf("Attrs = %v", in.Attrs)
+	}
+}
+
+// TestMapForwardedFor runs the doc's X-Forwarded-For example on lines
+// with the header and without it, which nginx logs as "" (escape=json),
+// "-" (escape=default) or not at all: those give the logged address, not
+// one shared "" or "-" subject. The same holds when the whole fields
+// object has been decoded.
+func TestMapForwardedFor(t *testing.T) {
+	const spec = `ip=trim(split(fields.http_x_forwarded_for ?? ip, ",")[0])`
+	line := func(xff string) string {
+		return `{"time":1,"remote_addr":"203.0.113.7"` + xff + `,"request_uri":"/"}`
+	}
+	for _, specs := range [][]string{{spec}, {spec, `attrs.n=string(len(fields))`}} {
+		for _, tc := range []struct {
+			line, want string
+		}{
+			{line(`,"http_x_forwarded_for":"198.51.100.1, 10.0.0.1"`), "198.51.100.1"},
+			{line(`,"http_x_forwarded_for":"198.51.100.1 ,10.0.0.1"`), "198.51.100.1"},
+			{line(`,"http_x_forwarded_for":"2001:db8::1"`), "2001:db8::1"},
+			{line(`,"http_x_forwarded_for":""`), "203.0.113.7"},
+			{line(`,"http_x_forwarded_for":"-"`), "203.0.113.7"},
+			{line(`,"http_x_forwarded_for":null`), "203.0.113.7"},
+			{line(``), "203.0.113.7"},
+			{`203.0.113.7 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "-"`, "203.0.113.7"},
+		} {
+			in, err := mapLine(t, specs, Auto, tc.line)
+			if err != nil {
+				t.Fatalf("%q: %v", tc.line, err)
+			}
+			if in.Request.IP != tc.want {
+				t.Errorf("%q: ip %q, want %q (specs %q)", tc.line, in.Request.IP, tc.want, specs)
+			}
+		}
+	}
+	// fields.NAME: "" and "-" are missing, other strings are kept.
+	in, err := mapLine(t, []string{`attrs.a=fields.a ?? "nil"`, `attrs.b=fields.b ?? "nil"`, `attrs.c=fields.c ?? "nil"`, `attrs.d=fields["d"] ?? "nil"`},
+		JSON, `{"time":1,"a":"","b":"-","c":" ","d":"--"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"a": "nil", "b": "nil", "c": " ", "d": "--"}; !maps.Equal(in.Attrs, want) {
+		t.Errorf("Attrs = %v, want %v", in.Attrs, want)
 	}
 }
 

@@ -142,6 +142,9 @@ func (r *Reader) Read(e *Entry) error {
 			}
 			return err
 		}
+		if r.line == 1 && len(line) >= 3 && line[0] == 0xef && line[1] == 0xbb && line[2] == 0xbf {
+			line = line[3:] // a UTF-8 byte order mark
+		}
 		line = trimSpaceBytes(line)
 		if len(line) == 0 {
 			continue
@@ -180,7 +183,7 @@ func (r *Reader) next() ([]byte, error) {
 	switch {
 	case err == nil:
 		r.line++
-		if len(line)-1 > r.max {
+		if textLen(line) > r.max {
 			return nil, r.tooLong()
 		}
 		return line[:len(line)-1], nil
@@ -192,7 +195,7 @@ func (r *Reader) next() ([]byte, error) {
 			return nil, io.EOF
 		}
 		r.line++
-		if len(line) > r.max {
+		if textLen(line) > r.max {
 			return nil, r.tooLong()
 		}
 		return line, nil
@@ -206,12 +209,14 @@ func (r *Reader) next() ([]byte, error) {
 func (r *Reader) nextLong(first []byte) ([]byte, error) {
 	r.line++
 	r.long = append(r.long[:0], first...)
-	over := len(r.long) > r.max
+	over := len(r.long) > r.max+2
 	for {
 		part, err := r.br.ReadSlice('\n')
 		if !over {
 			r.long = append(r.long, part...)
-			if len(r.long) > r.max+1 || (len(r.long) > r.max && err != nil) {
+			// Longer than MaxLine and a CR LF, or so once the line is
+			// whole: too long.
+			if len(r.long) > r.max+2 || (!errors.Is(err, bufio.ErrBufferFull) && textLen(r.long) > r.max) {
 				over = true
 				r.long = r.long[:0]
 			}
@@ -234,6 +239,19 @@ func (r *Reader) nextLong(first []byte) ([]byte, error) {
 			return nil, fmt.Errorf("reading line %d: %w", r.line, err)
 		}
 	}
+}
+
+// textLen is the length of a line without its line ending, "\n" or
+// "\r\n" (or a last line's "\r"): what MaxLine limits.
+func textLen(line []byte) int {
+	n := len(line)
+	if n > 0 && line[n-1] == '\n' {
+		n--
+	}
+	if n > 0 && line[n-1] == '\r' {
+		n--
+	}
+	return n
 }
 
 func (r *Reader) tooLong() error {

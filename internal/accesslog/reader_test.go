@@ -136,6 +136,36 @@ func TestReadCombined(t *testing.T) {
 		time: "10/Oct/2023:13:55:36 +0000",
 		want: fields{IP: "10.0.0.1", User: "alice", Method: "DELETE", URI: "/r/1", Path: "/r/1", Proto: "HTTP/1.1", Status: 204, Request: "DELETE /r/1 HTTP/1.1"},
 	}, {
+		name: "host name address (HostnameLookups)",
+		line: `client-7.example.net - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "x"`,
+		time: "10/Oct/2023:13:55:36 +0000",
+		want: fields{IP: "client-7.example.net", Method: "GET", URI: "/", Path: "/", Proto: "HTTP/1.1", Status: 200, Bytes: 3, UserAgent: "x", Request: "GET / HTTP/1.1"},
+	}, {
+		name: "IPv6 with a zone",
+		line: `fe80::1%eth0 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "x"`,
+		time: "10/Oct/2023:13:55:36 +0000",
+		want: fields{IP: "fe80::1%eth0", Method: "GET", URI: "/", Path: "/", Proto: "HTTP/1.1", Status: 200, Bytes: 3, UserAgent: "x", Request: "GET / HTTP/1.1"},
+	}, {
+		name: "user with a bracket",
+		line: `10.0.0.1 - a[b [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "x"`,
+		time: "10/Oct/2023:13:55:36 +0000",
+		want: fields{IP: "10.0.0.1", User: "a[b", Method: "GET", URI: "/", Path: "/", Proto: "HTTP/1.1", Status: 200, Bytes: 3, UserAgent: "x", Request: "GET / HTTP/1.1"},
+	}, {
+		name: "user in brackets",
+		line: `10.0.0.1 - [x] [ [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "x"`,
+		time: "10/Oct/2023:13:55:36 +0000",
+		want: fields{IP: "10.0.0.1", User: "[x] [", Method: "GET", URI: "/", Path: "/", Proto: "HTTP/1.1", Status: 200, Bytes: 3, UserAgent: "x", Request: "GET / HTTP/1.1"},
+	}, {
+		name: "user holding a time",
+		line: `10.0.0.1 - x [01/Jan/2000:00:00:00 +0000] y [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "x"`,
+		time: "10/Oct/2023:13:55:36 +0000",
+		want: fields{IP: "10.0.0.1", User: "x [01/Jan/2000:00:00:00 +0000] y", Method: "GET", URI: "/", Path: "/", Proto: "HTTP/1.1", Status: 200, Bytes: 3, UserAgent: "x", Request: "GET / HTTP/1.1"},
+	}, {
+		name: "user holding a time and a request (Apache escapes its quotes)",
+		line: `10.0.0.1 - [01/Jan/2000:00:00:00 +0000] \"GET /evil HTTP/1.1\" [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "x"`,
+		time: "10/Oct/2023:13:55:36 +0000",
+		want: fields{IP: "10.0.0.1", User: `[01/Jan/2000:00:00:00 +0000] \"GET /evil HTTP/1.1\"`, Method: "GET", URI: "/", Path: "/", Proto: "HTTP/1.1", Status: 200, Bytes: 3, UserAgent: "x", Request: "GET / HTTP/1.1"},
+	}, {
 		name: "user with a space, extra spaces",
 		line: `10.0.0.1 - john doe [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1"  200  3  "-"  "x"`,
 		time: "10/Oct/2023:13:55:36 +0000",
@@ -175,11 +205,16 @@ func TestReadCombinedBadLines(t *testing.T) {
 	ok := `1.2.3.4 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "ua"`
 	tests := []struct{ name, line, reason string }{
 		{"one word", `hello`, "missing remote address"},
+		{"vhost_combined", `www.example.com:443 1.2.3.4 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "ua"`, `remote address "www.example.com:443" is not an IP address or host name: is this Apache's vhost_combined format`},
+		{"address with a port", `1.2.3.4:8080 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "ua"`, "remove the first field"},
+		{"bad IPv6", `2001:db8::1::2 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "ua"`, "not an IP address"},
 		{"no time", `1.2.3.4 - - "GET / HTTP/1.1" 200 3`, `missing "[time]"`},
 		{"no user", `1.2.3.4 - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3`, "missing ident and user"},
 		{"unclosed time", `1.2.3.4 - - [10/Oct/2023:13:55:36 +0000 "GET / HTTP/1.1" 200 3`, "time"},
 		{"bad time", `1.2.3.4 - - [10/Oct/2023:25:55:36 +0000] "GET / HTTP/1.1" 200 3`, "out of range"},
 		{"bad month", `1.2.3.4 - - [10/Foo/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3`, "dd/Mon/yyyy"},
+		{"bad time after a bracketed user", `1.2.3.4 - a[b [10/Oct/2023:25:55:36 +0000] "GET / HTTP/1.1" 200 3`, "out of range"},
+		{"bracketed user, no time", `1.2.3.4 - a[b "GET / HTTP/1.1" 200 3`, "missing ident and user"},
 		{"unquoted request", `1.2.3.4 - - [10/Oct/2023:13:55:36 +0000] GET / HTTP/1.1 200 3`, `missing quoted "request"`},
 		{"unterminated request", `1.2.3.4 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1 200 3`, "unterminated"},
 		{"no status", `1.2.3.4 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1"`, "missing status"},
@@ -318,6 +353,146 @@ func TestReaderLongLines(t *testing.T) {
 			t.Fatalf("line after the long one: %v, line %d", err, e.Line)
 		}
 	})
+}
+
+// TestReaderMaxLineCRLF: MaxLine counts a line without its \n or \r\n,
+// in the buffer (small max) and past it (large max).
+func TestReaderMaxLineCRLF(t *testing.T) {
+	line := func(n int) string {
+		pre := `1.1.1.1 - - [10/Oct/2023:13:55:36 +0000] "GET /`
+		post := ` HTTP/1.1" 200 3 "-" "-"`
+		return pre + strings.Repeat("a", n-len(pre)-len(post)) + post
+	}
+	for _, max := range []int{200, 100_000} {
+		t.Run(fmt.Sprint(max), func(t *testing.T) {
+			lines := []struct {
+				text, end string
+				ok        bool
+			}{
+				{line(max), "\r\n", true},
+				{line(max + 1), "\r\n", false},
+				{line(max), "\n", true},
+				{line(max + 1), "\n", false},
+				{line(max - 1), "\r\n", true},
+				{line(max), "\r", true}, // the last line, its CR at the end of the input
+			}
+			var in strings.Builder
+			for _, l := range lines {
+				in.WriteString(l.text + l.end)
+			}
+			r, err := NewReader(strings.NewReader(in.String()), Options{MaxLine: max})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var e Entry
+			for i, l := range lines {
+				err := r.Read(&e)
+				var le *LineError
+				switch {
+				case l.ok && (err != nil || e.Line != i+1 || e.Raw() != l.text):
+					t.Fatalf("line %d (%d bytes + %q): %v (line %d, %d bytes)", i+1, len(l.text), l.end, err, e.Line, len(e.Raw()))
+				case !l.ok && (!errors.As(err, &le) || le.Line != i+1 || !strings.Contains(le.Reason, "longer than")):
+					t.Fatalf("line %d (%d bytes + %q): got %v, want too long", i+1, len(l.text), l.end, err)
+				}
+			}
+			if err := r.Read(&e); err != io.EOF {
+				t.Fatalf("got %v, want EOF", err)
+			}
+		})
+	}
+}
+
+// TestReaderBOM: a UTF-8 byte order mark before the first line is not
+// part of it, whatever the format; a BOM elsewhere is left alone.
+func TestReaderBOM(t *testing.T) {
+	const bom = "\xef\xbb\xbf"
+	combined := `1.2.3.4 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 3 "-" "ua"`
+	json := `{"time":"2023-10-10T13:55:36Z","remote_addr":"1.2.3.4"}`
+	for _, tc := range []struct {
+		in     string
+		opt    Format
+		format Format
+		line   string
+	}{
+		{bom + combined + "\n", Auto, Combined, combined},
+		{bom + json + "\n", Auto, JSON, json},
+		{bom + combined + "\n", Combined, Combined, combined},
+		{bom + "\r\n" + combined, Auto, Combined, combined}, // the BOM line is blank
+	} {
+		r, err := NewReader(strings.NewReader(tc.in), Options{Format: tc.opt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e Entry
+		if err := r.Read(&e); err != nil {
+			t.Fatalf("%q: %v", tc.in, err)
+		}
+		if e.IP != "1.2.3.4" || r.Format() != tc.format || e.Raw() != tc.line {
+			t.Errorf("%q: IP %q, format %s, raw %q", tc.in, e.IP, r.Format(), e.Raw())
+		}
+	}
+	r, err := NewReader(strings.NewReader(combined+"\n"+bom+combined+"\n"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e Entry
+	if err := r.Read(&e); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Read(&e); err == nil && e.IP == "1.2.3.4" {
+		t.Errorf("a BOM on line 2 was dropped")
+	}
+}
+
+// TestLongEscapedFields reads fields of 1 MiB that are all escapes, which
+// used to take a time quadratic in their length (see
+// BenchmarkScanStringEscapes for the cost).
+func TestLongEscapedFields(t *testing.T) {
+	const n = 1 << 20
+	opt := Options{MaxLine: 8 * n}
+	pre := `1.2.3.4 - - [10/Oct/2023:13:55:36 +0000] "GET /`
+	for _, tc := range []struct{ esc, want string }{
+		{`\\`, `\`},
+		{`\x41`, `A`},
+		{`\"`, `"`},
+	} {
+		k := n / len(tc.esc)
+		field, want := strings.Repeat(tc.esc, k), strings.Repeat(tc.want, k)
+		opt.Format = Combined
+		r, err := NewReader(strings.NewReader(pre+field+` HTTP/1.1" 200 3 "`+field+`" "`+field+`"`), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e Entry
+		if err := r.Read(&e); err != nil {
+			t.Fatalf("combined %q: %v", tc.esc, err)
+		}
+		if e.UserAgent != want || e.Referer != want || e.Path != "/"+want || e.Status != 200 {
+			t.Errorf("combined %q: wrong fields (user agent %d bytes)", tc.esc, len(e.UserAgent))
+		}
+	}
+	for _, tc := range []struct{ esc, want string }{
+		{`\u0000`, "\x00"},
+		{`\\`, `\`},
+		{`\"`, `"`},
+	} {
+		k := n / len(tc.esc)
+		field, want := strings.Repeat(tc.esc, k), strings.Repeat(tc.want, k)
+		// Read, skipped, and skipped inside an array and an object.
+		line := `{"time":1,"skipped":"` + field + `","http_user_agent":"` + field + `","a":["` + field + `"],"o":{"k":"` + field + `"},"status":200}`
+		opt.Format = JSON
+		r, err := NewReader(strings.NewReader(line), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e Entry
+		if err := r.Read(&e); err != nil {
+			t.Fatalf("json %q: %v", tc.esc, err)
+		}
+		if e.UserAgent != want || e.Status != 200 {
+			t.Errorf("json %q: wrong fields (user agent %d bytes)", tc.esc, len(e.UserAgent))
+		}
+	}
 }
 
 func TestNewReaderOptions(t *testing.T) {

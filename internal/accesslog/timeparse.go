@@ -41,7 +41,7 @@ func (z *zones) get(off int) *time.Location {
 var (
 	errTimeLayout = errors.New("want dd/Mon/yyyy:hh:mm:ss ±hhmm")
 	errTimeRange  = errors.New("field out of range")
-	errRFC3339    = errors.New("want RFC 3339 (yyyy-mm-ddThh:mm:ss[.frac]Z or ±hh:mm)")
+	errRFC3339    = errors.New("want RFC 3339 (yyyy-mm-ddThh:mm:ss[.frac] and Z, ±hh:mm or ±hhmm)")
 	errNumber     = errors.New("not a number")
 )
 
@@ -71,11 +71,20 @@ func parseCLFTime(s string, z *zones) (time.Time, error) {
 
 // clfOffset parses "+hhmm" or "-hhmm" into seconds east of UTC.
 func clfOffset(s string) (int, bool) {
-	if len(s) != 5 || (s[0] != '+' && s[0] != '-') {
+	if len(s) != 5 {
+		return 0, false
+	}
+	return zoneOffset(s, 3)
+}
+
+// zoneOffset parses a zone offset into seconds east of UTC: its sign at
+// s[0], the hours at s[1:3] and the minutes at s[mi:mi+2].
+func zoneOffset(s string, mi int) (int, bool) {
+	if s[0] != '+' && s[0] != '-' {
 		return 0, false
 	}
 	h, ok1 := num2(s, 1)
-	m, ok2 := num2(s, 3)
+	m, ok2 := num2(s, mi)
 	if !ok1 || !ok2 || h > 23 || m > 59 {
 		return 0, false
 	}
@@ -86,9 +95,10 @@ func clfOffset(s string) (int, bool) {
 	return off, true
 }
 
-// parseRFC3339 parses "2006-01-02T15:04:05[.fraction](Z|±hh:mm)" as
+// parseRFC3339 parses "2006-01-02T15:04:05[.fraction](Z|±hh:mm|±hhmm)" as
 // time.Parse does with time.RFC3339Nano (a fraction of up to 9 digits; the
-// T may be lower case or a space; z may be lower case).
+// T may be lower case or a space; z may be lower case), and with
+// "2006-01-02T15:04:05.999999999-0700" for an offset without its colon.
 func parseRFC3339(s string, z *zones) (time.Time, error) {
 	if len(s) < 20 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || s[13] != ':' || s[16] != ':' {
 		return time.Time{}, errRFC3339
@@ -123,15 +133,10 @@ func parseRFC3339(s string, z *zones) (time.Time, error) {
 	off := 0
 	switch {
 	case rest == "Z" || rest == "z":
-	case len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':':
-		h, okh := num2(rest, 1)
-		m, okm := num2(rest, 4)
-		if !okh || !okm || h > 23 || m > 59 {
+	case len(rest) == 6 && rest[3] == ':' || len(rest) == 5: // ±hh:mm, or ±hhmm as Apache's %z and Java write it
+		var ok bool
+		if off, ok = zoneOffset(rest, len(rest)-2); !ok {
 			return time.Time{}, errRFC3339
-		}
-		off = h*3600 + m*60
-		if rest[0] == '-' {
-			off = -off
 		}
 	default:
 		return time.Time{}, errRFC3339

@@ -2,6 +2,7 @@ package accesslog
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -130,12 +131,15 @@ func TestRFC3339MatchesTimeParse(t *testing.T) {
 		if off == 0 && rng.IntN(2) == 0 {
 			w = w.UTC()
 		}
-		layout := time.RFC3339Nano
-		if rng.IntN(3) == 0 {
+		layout, parse := time.RFC3339Nano, time.RFC3339Nano
+		switch rng.IntN(4) {
+		case 0:
 			layout = time.RFC3339
+		case 1:
+			layout, parse = rfc3339NoColon, rfc3339NoColon
 		}
 		s := w.Format(layout)
-		want, err := time.Parse(time.RFC3339Nano, s)
+		want, err := time.Parse(parse, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +151,11 @@ func TestRFC3339MatchesTimeParse(t *testing.T) {
 	}
 	for _, s := range []string{
 		"2024-05-01T12:00:00",       // no zone
-		"2024-05-01T12:00:00+0200",  // no colon
+		"2024-05-01T12:00:00+020",   // short offset
+		"2024-05-01T12:00:00+02:0",  //
+		"2024-05-01T12:00:00+2400",  // offset hour
+		"2024-05-01T12:00:00 0200",  // no sign
+		"2024-05-01T12:00:00+02000", // long offset
 		"2024-05-01T12:00:00.Z",     // empty fraction
 		"2024-13-01T12:00:00Z",      // month
 		"2024-02-30T12:00:00Z",      // day
@@ -157,6 +165,38 @@ func TestRFC3339MatchesTimeParse(t *testing.T) {
 		if _, err := parseRFC3339(s, &z); err == nil {
 			t.Errorf("parseRFC3339(%q) succeeded", s)
 		}
+	}
+}
+
+// rfc3339NoColon is RFC 3339 with an offset of ±hhmm (Apache's %z, Java's
+// Z), which parseRFC3339 accepts too.
+const rfc3339NoColon = "2006-01-02T15:04:05.999999999-0700"
+
+func TestRFC3339OffsetWithoutColon(t *testing.T) {
+	var z zones
+	for _, s := range []string{
+		"2024-05-01T12:00:00+0000",
+		"2024-05-01T12:00:00-0930",
+		"2024-05-01T12:00:00.123+0530",
+		"2024-05-01 12:00:00,5+0100",
+	} {
+		want, err := time.Parse(rfc3339NoColon, strings.Replace(strings.Replace(s, ",", ".", 1), " ", "T", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := parseRFC3339(s, &z)
+		if err != nil {
+			t.Fatalf("parseRFC3339(%q): %v", s, err)
+		}
+		sameTime(t, s, got, want)
+	}
+	// Through a JSON log.
+	e, err := readJSON(t, Options{}, `{"time":"2024-05-01T12:00:00-0700","status":200}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, off := e.Time.Zone(); off != -7*3600 || !e.Time.Equal(time.Date(2024, 5, 1, 19, 0, 0, 0, time.UTC)) {
+		t.Errorf("time %v", e.Time)
 	}
 }
 
