@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -24,26 +22,9 @@ import (
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-// catalog resolves the built-in plugins by name, for commands that load
-// rules without a Redis.
-type catalog map[string]sdk.Algorithm
-
-func builtinCatalog() catalog {
-	c := catalog{}
-	for _, alg := range builtin.All() {
-		c[alg.Info().Name] = alg
-	}
-	return c
-}
-
-// Lookup implements rules.Catalog.
-func (c catalog) Lookup(name string) (sdk.Algorithm, bool) {
-	alg, ok := c[name]
-	return alg, ok
-}
-
-// Names implements rules.NameLister, for "did you mean" suggestions.
-func (c catalog) Names() []string { return slices.Collect(maps.Keys(c)) }
+// builtinCatalog resolves the built-in plugins by name, for commands that
+// load rules without a Redis.
+func builtinCatalog() builtin.Catalog { return builtin.NewCatalog() }
 
 const checkUsage = `Usage: ruled check [--start-plugins] [--format text|json] PATH
 

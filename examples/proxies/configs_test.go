@@ -18,19 +18,10 @@ import (
 
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
-	"github.com/ruled-dev/ruled/sdk"
 )
 
-// catalog is the built-in plugins, for loading rule files.
-type catalog map[string]sdk.Algorithm
-
-func (c catalog) Lookup(name string) (sdk.Algorithm, bool) { a, ok := c[name]; return a, ok }
-
 func TestExampleRulesLoad(t *testing.T) {
-	cat := catalog{}
-	for _, a := range builtin.All() {
-		cat[a.Info().Name] = a
-	}
+	cat := builtin.NewCatalog()
 	for _, path := range []string{"rules.yaml", "envoy/rls-rules.yaml"} {
 		if _, err := rules.Load(path, cat); err != nil {
 			t.Errorf("%s: %v", path, err)

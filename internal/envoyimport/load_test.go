@@ -6,25 +6,9 @@ import (
 
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
-	"github.com/ruled-dev/ruled/sdk"
 )
 
-// catalog resolves the built-in plugins, as `ruled check` does.
-type catalog map[string]sdk.Algorithm
-
-// Lookup implements rules.Catalog.
-func (c catalog) Lookup(name string) (sdk.Algorithm, bool) {
-	alg, ok := c[name]
-	return alg, ok
-}
-
-func builtinCatalog() catalog {
-	c := catalog{}
-	for _, alg := range builtin.All() {
-		c[alg.Info().Name] = alg
-	}
-	return c
-}
+func builtinCatalog() builtin.Catalog { return builtin.NewCatalog() }
 
 // TestGeneratedRulesLoad loads every golden rule directory with ruled's
 // rule loader, as `ruled check` and `ruled serve --rules` do.

@@ -15,19 +15,7 @@ import (
 	"github.com/ruled-dev/ruled/internal/simulate"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
-	"github.com/ruled-dev/ruled/sdk"
 )
-
-type catalog struct{}
-
-func (catalog) Lookup(name string) (sdk.Algorithm, bool) {
-	for _, a := range builtin.All() {
-		if a.Info().Name == name {
-			return a, true
-		}
-	}
-	return nil, false
-}
 
 func load(t testing.TB, yaml string) *rules.Set {
 	t.Helper()
@@ -35,7 +23,7 @@ func load(t testing.TB, yaml string) *rules.Set {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	set, err := rules.Load(path, catalog{})
+	set, err := rules.Load(path, builtin.NewCatalog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/ruled-dev/ruled/internal/simulate"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
-	"github.com/ruled-dev/ruled/sdk"
 )
 
 const rulesYAML = `rules:
@@ -69,17 +68,6 @@ func write(t *testing.T, dir, name, content string) string {
 	return path
 }
 
-type catalog struct{}
-
-func (catalog) Lookup(name string) (sdk.Algorithm, bool) {
-	for _, a := range builtin.All() {
-		if a.Info().Name == name {
-			return a, true
-		}
-	}
-	return nil, false
-}
-
 func TestRunReportsEachFailureWithItsPosition(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "rules.yaml", rulesYAML)
@@ -91,7 +79,7 @@ func TestRunReportsEachFailureWithItsPosition(t *testing.T) {
 	if f.Rules != dir {
 		t.Errorf("rules %q, want the file's directory %q", f.Rules, dir)
 	}
-	set, err := rules.Load(f.Rules, catalog{})
+	set, err := rules.Load(f.Rules, builtin.NewCatalog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +131,7 @@ func TestRunReportsOneFailingRepetitionAndUnmatchedRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := rules.Load(dir, catalog{})
+	set, err := rules.Load(dir, builtin.NewCatalog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +194,7 @@ func TestCheckRulesNamesUnknownRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := rules.Load(dir, catalog{})
+	set, err := rules.Load(dir, builtin.NewCatalog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +232,7 @@ func TestRunStopsWhereTheCheckerFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, _ := rules.Load(dir, catalog{})
+	set, _ := rules.Load(dir, builtin.NewCatalog())
 	sim, _ := simulate.New(set)
 	o := f.Cases[0].Run(&failAfter{Checker: sim, n: 4})
 	if o.Passed() || o.Checks != 4 || o.Err == nil || o.Err.Error() != path+":5:9: step 2 (at 1s, check 3 of 10): redis down" {

@@ -115,23 +115,11 @@ func load(t *testing.T, yaml string) *rules.Set {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	set, err := rules.Load(path, catalog{})
+	set, err := rules.Load(path, builtin.NewCatalog())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return set
-}
-
-// catalog resolves the built-ins.
-type catalog struct{}
-
-func (catalog) Lookup(name string) (sdk.Algorithm, bool) {
-	for _, a := range builtin.All() {
-		if a.Info().Name == name {
-			return a, true
-		}
-	}
-	return nil, false
 }
 
 // TestSimulatorDecidesAsTheEngine runs random checks through the simulator
@@ -224,7 +212,9 @@ func TestNewRefusesPluginsWithoutModels(t *testing.T) {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	set, err := rules.Load(path, withCustom{})
+	cat := builtin.NewCatalog() // and a third-party algorithm named custom
+	cat["custom"] = custom{}
+	set, err := rules.Load(path, cat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,16 +222,6 @@ func TestNewRefusesPluginsWithoutModels(t *testing.T) {
 	if !errors.Is(err, simulate.ErrNoModel) || !strings.Contains(err.Error(), "b (plugin custom)") {
 		t.Errorf("New = %v, want ErrNoModel naming rule b", err)
 	}
-}
-
-// withCustom is the built-ins and a third-party algorithm named custom.
-type withCustom struct{ catalog }
-
-func (c withCustom) Lookup(name string) (sdk.Algorithm, bool) {
-	if name == "custom" {
-		return custom{}, true
-	}
-	return c.catalog.Lookup(name)
 }
 
 type custom struct{ sdk.OneStep }

@@ -14,21 +14,7 @@ import (
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-// catalog is a rules.Catalog of the built-in plugins.
-type catalog map[string]sdk.Algorithm
-
-func (c catalog) Lookup(name string) (sdk.Algorithm, bool) {
-	a, ok := c[name]
-	return a, ok
-}
-
-func builtins() catalog {
-	c := catalog{}
-	for _, alg := range builtin.All() {
-		c[alg.Info().Name] = alg
-	}
-	return c
-}
+func builtins() builtin.Catalog { return builtin.NewCatalog() }
 
 // load loads one rule file written from src.
 func load(t *testing.T, src string) (*rules.Set, error) {

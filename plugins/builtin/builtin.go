@@ -3,6 +3,9 @@
 package builtin
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
 	"github.com/ruled-dev/ruled/plugins/leaky"
 	"github.com/ruled-dev/ruled/plugins/rolling"
@@ -45,6 +48,29 @@ func Has(name string) bool {
 	}
 	return false
 }
+
+// Catalog resolves algorithms by name for loading rules without a Redis
+// (rules.Catalog, and rules.NameLister for "did you mean" suggestions). It
+// is a map, so that a caller may add algorithms to it.
+type Catalog map[string]sdk.Algorithm
+
+// NewCatalog returns a catalog of fresh instances of the built-ins.
+func NewCatalog() Catalog {
+	c := Catalog{}
+	for _, alg := range All() {
+		c[alg.Info().Name] = alg
+	}
+	return c
+}
+
+// Lookup implements rules.Catalog.
+func (c Catalog) Lookup(name string) (sdk.Algorithm, bool) {
+	alg, ok := c[name]
+	return alg, ok
+}
+
+// Names implements rules.NameLister.
+func (c Catalog) Names() []string { return slices.Collect(maps.Keys(c)) }
 
 // All returns a fresh instance of every built-in algorithm.
 func All() []sdk.Algorithm {
