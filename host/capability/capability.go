@@ -44,10 +44,11 @@ type Options struct {
 	// microseconds. For tests only: production time always comes from Redis.
 	Clock func() int64
 	// HoldKeys, with Clock, makes the scripts' EXPIRE, PEXPIRE, EXPIREAT
-	// and PEXPIREAT do nothing: Redis expires keys on its own clock, which
-	// a test clock may leave far behind (many checks at one instant), and
-	// the scripts tell stale state by the times they store. The caller
-	// deletes the keys. ruled test --redis runs so.
+	// and PEXPIREAT do nothing (their prelude holds holdExpiry, so their
+	// SHAs differ from production's): Redis expires keys on its own clock,
+	// which a test clock may leave far behind (many checks at one
+	// instant), and the scripts tell stale state by the times they store.
+	// The caller deletes the keys. ruled test --redis runs so.
 	HoldKeys bool
 	// BreakerFailures is how many consecutive calls that find Redis
 	// unavailable open the circuit (default DefaultBreakerFailures).
@@ -294,24 +295,28 @@ const MaxReplyBytes = 64 << 10
 
 // Prelude is the start of every declared script. It takes the clock argument
 // the host always passes first off ARGV, defines ruled_now_us() and opens
-// the function that holds the plugin's source (see Source). A clock that
-// ends in "h" (Options.HoldKeys) makes the plugin's EXPIRE, PEXPIRE,
-// EXPIREAT and PEXPIREAT do nothing: its redis is a local that shadows the
-// global one.
-const Prelude = `local ruled_clock = table.remove(ARGV, 1)
-local redis = redis
-if string.byte(ruled_clock, -1) == 104 then
-  ruled_clock = string.sub(ruled_clock, 1, -2)
-  local real, held = redis, {EXPIRE = true, PEXPIRE = true, EXPIREAT = true, PEXPIREAT = true}
-  local function hold(f) return function(cmd, ...) if held[string.upper(cmd)] then return 1 end return f(cmd, ...) end end
-  redis = setmetatable({call = hold(real.call), pcall = hold(real.pcall)}, {__index = real})
-end
+// the function that holds the plugin's source (see Source).
+const Prelude = preludeClock + preludeOpen
+
+const preludeClock = `local ruled_clock = table.remove(ARGV, 1)
 local function ruled_now_us()
   if ruled_clock ~= '' then return tonumber(ruled_clock) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local function ruled_script()
+`
+
+const preludeOpen = "local function ruled_script()\n"
+
+// holdExpiry goes between the Prelude's parts in the scripts of a
+// capability with Options.HoldKeys: the plugin's redis is a local that
+// shadows the global one and makes EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT
+// do nothing. Production scripts never carry it.
+const holdExpiry = `local redis = (function(real)
+  local held = {EXPIRE = true, PEXPIRE = true, EXPIREAT = true, PEXPIREAT = true}
+  local function hold(f) return function(cmd, ...) if held[string.upper(cmd)] then return 1 end return f(cmd, ...) end end
+  return setmetatable({call = hold(real.call), pcall = hold(real.pcall)}, {__index = real})
+end)(redis)
 `
 
 // postlude closes the plugin's function, runs it and refuses a reply of
@@ -348,8 +353,15 @@ return ruled_reply
 // Source returns the script ruled runs for a plugin's declared source: a
 // first line that names it (SLOWLOG shows it, for the watchdog), the
 // Prelude, the source as the body of a function, and the reply cap.
-func Source(plugin, script, body string) string {
-	return sourceTag + plugin + "/" + script + "\n" + Prelude + body + postlude
+func Source(plugin, script, body string) string { return source(plugin, script, body, false) }
+
+// source is Source, with holdExpiry in the prelude when hold is set.
+func source(plugin, script, body string, hold bool) string {
+	prelude := Prelude
+	if hold {
+		prelude = preludeClock + holdExpiry + preludeOpen
+	}
+	return sourceTag + plugin + "/" + script + "\n" + prelude + body + postlude
 }
 
 // sourceTag starts the first line of every script ruled runs.
@@ -417,7 +429,7 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 				return nil, fmt.Errorf("capability: plugin %s: script %q: Returns: %w", plugin, s.Name, err)
 			}
 		}
-		src := Source(plugin, s.Name, s.Source)
+		src := source(plugin, s.Name, s.Source, c.holdKeys)
 		rs := redis.NewScript(src)
 		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash(), returns: s.Returns, body: s.Source,
 			commands: s.Commands, headLines: headLines(src, s.Source), bodyLines: strings.Count(s.Source, "\n") + 1}
@@ -569,11 +581,7 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 		call = append(call, k)
 	}
 	if p.cap.clock != nil {
-		clock := strconv.FormatInt(p.cap.clock(), 10)
-		if p.cap.holdKeys {
-			clock += "h"
-		}
-		call = append(call, clock)
+		call = append(call, strconv.FormatInt(p.cap.clock(), 10))
 	} else {
 		call = append(call, "")
 	}
