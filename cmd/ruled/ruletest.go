@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,6 +11,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ruled-dev/ruled/internal/ruletest"
 	"github.com/ruled-dev/ruled/internal/simulate"
@@ -97,7 +98,10 @@ type testFailureReport struct {
 
 func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("test", stderr)
-	redisURL := fs.String("redis", "", "decide on this Redis instead of the reference models")
+	// Not RULED_REDIS, ruled serve's Redis: a shell set up for serve must
+	// not send tests to it.
+	redisURL := &stringEnv{env: "RULED_TEST_REDIS"}
+	fs.Var(redisURL, "redis", "decide on this Redis instead of the reference models")
 	runExpr := fs.String("run", "", "run only the cases whose name matches this regular expression")
 	format := formatText
 	fs.Var(&format, "format", "output format: text or json")
@@ -109,10 +113,6 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(paths) == 0 {
 		fs.Usage()
 		return 2
-	}
-	// RULED_REDIS is ruled serve's Redis: tests never reach it unless told.
-	if !flagSet(fs, "redis") {
-		*redisURL = os.Getenv(testRedisEnv)
 	}
 	var match *regexp.Regexp
 	if *runExpr != "" {
@@ -128,9 +128,9 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var backend testBackend = modelBackend{log: log}
-	if *redisURL != "" {
-		redisLogs(log)
-		rb, err := newRedisBackend(ctx, *redisURL, log)
+	if redisURL.v != "" {
+		redis.SetLogger(redisLogger{log})
+		rb, err := newRedisBackend(ctx, redisURL.v, log)
 		if err != nil {
 			fmt.Fprintf(stderr, "ruled test: %v\n", err)
 			return 2
@@ -196,18 +196,6 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// testRedisEnv sets ruled test's --redis. It is not RULED_REDIS, which
-// ruled serve reads: a shell set up for serve must not send tests to its
-// Redis.
-const testRedisEnv = "RULED_TEST_REDIS"
-
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 // testFiles returns the test files paths stand for, in order, each once:
@@ -328,7 +316,7 @@ func runTestFile(ctx context.Context, path string, b testBackend, match *regexp.
 				Step: fl.Step, Check: fl.Check, At: fl.At.String(), Rule: fl.Rule, Field: fl.Field, Want: fl.Want, Got: fl.Got,
 				Message: fl.Error()})
 		}
-		cr.Passed = cr.Error == "" && len(cr.Failures) == 0
+		cr.Passed = err == nil && o.Passed()
 		fr.Cases = append(fr.Cases, cr)
 	}
 	return fr

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/tetratelabs/wazero"
 
 	"github.com/ruled-dev/ruled/host"
@@ -138,6 +137,3 @@ func (c *engineClock) Check(nowUS int64, req *host.CheckRequest) host.Result {
 func (c *engineClock) Err() error { return c.err }
 
 var _ ruletest.FailingChecker = (*engineClock)(nil)
-
-// redisLogs sends go-redis's own log lines through log, as serve does.
-func redisLogs(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
