@@ -30,7 +30,7 @@ func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
 	sels := make([][]rules.Selection, len(reqs))
 	for i, req := range reqs {
 		buf := selections.Get().(*[]rules.Selection)
-		sels[i] = g.set.AppendMatch((*buf)[:0], &rules.Input{Request: req.Request, Attrs: req.Attrs})
+		sels[i] = g.set.AppendMatchUnreplaced((*buf)[:0], &rules.Input{Request: req.Request, Attrs: req.Attrs})
 		defer func() {
 			clear(sels[i]) // drop references to subjects and configs
 			*buf = sels[i][:0]

@@ -126,6 +126,28 @@ func TestDropReplacedAcrossLists(t *testing.T) {
 	}
 }
 
+// A rule replaced in its own input still replaces rules of the others, as
+// envoy ratelimit collects every replaces of a request before it drops
+// any.
+func TestDropReplacedChainsAcrossLists(t *testing.T) {
+	s := mustLoad(t, `rules:
+  - {name: a, when: 'attrs["x"] != ""', subject: '"a"', plugin: fixedwindow, config: {limit: 1, window: 1m}, replaces: [b]}
+  - {name: b, when: 'attrs["x"] != ""', subject: '"b"', plugin: fixedwindow, config: {limit: 1, window: 1m}, replaces: [c]}
+  - {name: c, when: 'attrs["y"] != ""', subject: '"c"', plugin: fixedwindow, config: {limit: 1, window: 1m}}
+`)
+	both := &rules.Input{Attrs: map[string]string{"x": "1", "y": "1"}}
+	if got := summary(s.Match(both)); got != "a=a" {
+		t.Errorf("one input: %q, want a alone", got)
+	}
+	lists := s.DropReplaced([][]rules.Selection{
+		s.AppendMatchUnreplaced(nil, &rules.Input{Attrs: map[string]string{"x": "1"}}),
+		s.AppendMatchUnreplaced(nil, &rules.Input{Attrs: map[string]string{"y": "1"}}),
+	})
+	if got := summary(lists[0]) + "|" + summary(lists[1]); got != "a=a|" {
+		t.Errorf("two inputs: %q, want a alone (b replaces c though a replaces b)", got)
+	}
+}
+
 func TestReplacesNamesKnownRules(t *testing.T) {
 	_, err := load(t, `rules:
   - name: per-ip

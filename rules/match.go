@@ -141,12 +141,26 @@ func (s *Set) Match(in *Input) []Selection {
 
 // AppendMatch is Match appending to dst, for callers that reuse a slice.
 func (s *Set) AppendMatch(dst []Selection, in *Input) []Selection {
+	start := len(dst)
+	dst = s.AppendMatchUnreplaced(dst, in)
+	if s.replacing {
+		var buf [8]*Rule
+		dst = append(dst[:start], dropReplaced(dst[start:], replacedBy(buf[:0], dst[start:]))...)
+	}
+	return dst
+}
+
+// AppendMatchUnreplaced is AppendMatch without replaces, for callers that
+// match several inputs as one request (the descriptors of an Envoy RLS
+// call) and then apply DropReplaced to all of them at once: a rule that
+// one input's rules replace still replaces rules of the others, as envoy
+// ratelimit collects every replaces before it drops any.
+func (s *Set) AppendMatchUnreplaced(dst []Selection, in *Input) []Selection {
 	if in == nil {
 		in = &Input{}
 	}
 	st := s.begin(in)
 	defer s.release(st)
-	start := len(dst)
 	cands := s.index.candidates(&st.req, st.env.Attrs)
 	for {
 		i, more := cands.next()
@@ -167,10 +181,6 @@ func (s *Set) AppendMatch(dst []Selection, in *Input) []Selection {
 		if r.Stop {
 			break
 		}
-	}
-	if s.replacing {
-		var buf [8]*Rule
-		dst = append(dst[:start], dropReplaced(dst[start:], replacedBy(buf[:0], dst[start:]))...)
 	}
 	return dst
 }

@@ -212,7 +212,7 @@ func TestRulesSelectWhatEnvoySelects(t *testing.T) {
 			for i := range descs {
 				descs[i] = randomEntries(r)
 				overrides[i] = r.IntN(10) == 0
-				lists[i] = set.Match(&rules.Input{Attrs: attrsOf(descs[i], overrides[i])})
+				lists[i] = set.AppendMatchUnreplaced(nil, &rules.Input{Attrs: attrsOf(descs[i], overrides[i])})
 			}
 			lists = set.DropReplaced(lists)
 
