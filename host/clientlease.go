@@ -242,11 +242,10 @@ func (e *Engine) ReturnLease(ctx context.Context, ret *LeaseReturn) (int64, erro
 			if rule.Name != h.Rule || sel.Subject != h.Subject || notLeasable(sel) != "" || !rule.Traits.Refunds {
 				continue
 			}
-			if _, err := safeDecide(ctx, b, g.plugins[rule.Plugin], rule.Name, sel.Config, sdk.Request{Subject: sel.Subject, Hits: -back}); err != nil {
+			if _, err := e.refundUnits(ctx, b, g.plugins[rule.Plugin], sel, back, "", nil); err != nil {
 				errs = append(errs, fmt.Sprintf("rule %s: %v", rule.Name, err))
 				break
 			}
-			e.deny.Forget(local.Key{Rule: rule.Name, Subject: sel.Subject})
 			e.observeLease(rule.Name, LeaseReturned, back)
 			total += back
 			break

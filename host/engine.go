@@ -884,15 +884,26 @@ func (e *Engine) refund(ctx context.Context, b budget, g *generation, sels []rul
 			e.log.Warn("refund skipped: the decision time-out is spent", "rule", rr.Rule)
 			continue
 		}
-		p := g.plugins[sel.Rule.Plugin]
-		d, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, sdk.Request{Subject: sel.Subject, Hits: -back, DedupID: dedupID, Attrs: attrs})
+		d, err := e.refundUnits(ctx, b, g.plugins[sel.Rule.Plugin], sel, back, dedupID, attrs)
 		if err != nil {
 			e.log.Warn("refund failed", "rule", sel.Rule.Name, "err", err)
 			continue
 		}
-		e.deny.Forget(local.Key{Rule: sel.Rule.Name, Subject: sel.Subject})
 		rr.Granted, rr.Remaining, rr.Reset = rr.Granted-back, d.Remaining, d.Reset
 	}
+}
+
+// refundUnits gives n units of sel's subject back to its plugin, p, and
+// forgets the subject's cached denial, which the units may lift: the one
+// way ruled returns units, after a denial, from a lease or from a client
+// lease. The caller has checked that the plugin declares refunds.
+func (e *Engine) refundUnits(ctx context.Context, b budget, p *plugin, sel rules.Selection, n int64, dedupID string, attrs map[string]string) (sdk.Decision, error) {
+	d, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, sdk.Request{Subject: sel.Subject, Hits: -n, DedupID: dedupID, Attrs: attrs})
+	if err != nil {
+		return d, err
+	}
+	e.deny.Forget(local.Key{Rule: sel.Rule.Name, Subject: sel.Subject})
+	return d, nil
 }
 
 // RedisNodes returns what the capability's last probe found of each Redis

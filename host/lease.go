@@ -171,8 +171,7 @@ func (e *Engine) giveBack(ctx context.Context, b budget, p *plugin, sel rules.Se
 	if n <= 0 || !sel.Rule.Traits.Refunds {
 		return
 	}
-	back := sdk.Request{Subject: sel.Subject, Hits: -n}
-	if _, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, back); err != nil {
+	if _, err := e.refundUnits(ctx, b, p, sel, n, "", nil); err != nil {
 		e.log.Warn("returning leased permits failed", "rule", sel.Rule.Name, "err", err)
 	}
 }
