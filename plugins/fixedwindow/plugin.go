@@ -189,11 +189,11 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 	if !ok {
 		return sdk.Step{}, fmt.Errorf("fixedwindow: config of type %T", cfg)
 	}
-	best := 0
-	if req.BestEffort {
-		best = 1
-	}
 	if c.Calendar == "" {
+		best := 0
+		if req.BestEffort {
+			best = 1
+		}
 		return sdk.Run("decide", decideKeys,
 			c.Limit, c.Window.Microseconds(), c.Offset.Microseconds(), req.Hits, req.DedupID, best).ThenDecide(c.Window), nil
 	}
@@ -208,7 +208,7 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 			c.cache.CompareAndSwap(nil, p)
 		}
 	}
-	return calendarStep(c, req, best, p, 0), nil
+	return calendarStep(c, req, p, 0), nil
 }
 
 // maxMisses is how many calls running whose Redis time lies outside the
@@ -217,11 +217,19 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 // a period within a round trip misses again.
 const maxMisses = 3
 
+// missStates are the States of calendar steps after 0, 1 and 2 misses,
+// shared by every call: the host only reads a step's State.
+var missStates = [maxMisses][]byte{{0}, {1}, {2}}
+
 // calendarStep is a call of the calendar script offering p's periods, after
 // misses misses (kept in the step's State).
-func calendarStep(c Config, req sdk.Request, best int, p *periods, misses byte) sdk.Step {
+func calendarStep(c Config, req sdk.Request, p *periods, misses byte) sdk.Step {
+	best := 0
+	if req.BestEffort {
+		best = 1
+	}
 	s := sdk.Run("calendar", decideKeys, c.Limit, 0, 0, req.Hits, req.DedupID, best, p.us[0], p.us[1], p.us[2])
-	s.State = []byte{misses}
+	s.State = missStates[misses]
 	return s
 }
 
@@ -252,11 +260,7 @@ func (Plugin) Resume(_ context.Context, cfg sdk.Config, req sdk.Request, s sdk.S
 		if c.cache != nil {
 			c.cache.Store(p)
 		}
-		best := 0
-		if req.BestEffort {
-			best = 1
-		}
-		return calendarStep(c, req, best, p, misses), nil
+		return calendarStep(c, req, p, misses), nil
 	}
 	d, err := calendarShape.Decision(reply, 0)
 	if err != nil {
