@@ -38,6 +38,15 @@ type CheckRequest struct {
 	BestEffort bool
 }
 
+// Bounds of a check body, the same for every API that takes one (HTTP,
+// Envoy RLS, ruled test).
+const (
+	// MaxHits bounds the absolute value of a check's hits.
+	MaxHits = 1_000_000_000
+	// MaxDedupID bounds the length of a check's dedup id, in bytes.
+	MaxDedupID = 256
+)
+
 // Degraded says how a decision was made when it could not be made by the
 // plugin: the rule's on_error policy.
 type Degraded string

@@ -20,10 +20,10 @@ import (
 )
 
 // MaxHits bounds the absolute value of hits in a check.
-const MaxHits = 1_000_000_000
+const MaxHits = host.MaxHits
 
 // maxDedupID bounds the length of a dedup id.
-const maxDedupID = 256
+const maxDedupID = host.MaxDedupID
 
 // checkBody is the JSON body of POST /v1/check, and of each check of
 // /v1/check/batch and /v1/acquire.

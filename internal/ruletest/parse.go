@@ -33,9 +33,6 @@ import (
 // ISO weeks.
 func DefaultStart() time.Time { return time.Date(2026, time.January, 5, 0, 0, 0, 0, time.UTC) }
 
-// MaxHits bounds the absolute value of a step's hits, as the HTTP API
-// does.
-const MaxHits = 1_000_000_000
 
 // MaxRepeat bounds a step's repeat.
 const MaxRepeat = 1_000_000
@@ -276,13 +273,18 @@ func (p *parser) parseStep(n *yaml.Node, prev time.Duration) *Step {
 			s.Request.Attrs = p.strMap(v, "attrs")
 		case "hits":
 			if i, ok := p.int(v, "hits"); ok {
-				if i < -MaxHits || i > MaxHits {
-					p.errorf(v, rules.CodeBadValue, "hits: want %d to %d, got %d", -MaxHits, MaxHits, i)
+				if i < -host.MaxHits || i > host.MaxHits {
+					p.errorf(v, rules.CodeBadValue, "hits: want %d to %d, got %d", -host.MaxHits, host.MaxHits, i)
 				}
 				s.Request.Hits = i
 			}
 		case "dedup_id":
-			s.Request.DedupID, _ = p.str(v, "dedup_id")
+			if id, ok := p.str(v, "dedup_id"); ok {
+				if len(id) > host.MaxDedupID {
+					p.errorf(v, rules.CodeBadValue, "dedup_id: at most %d bytes, got %d", host.MaxDedupID, len(id))
+				}
+				s.Request.DedupID = id
+			}
 		case "best_effort":
 			s.Request.BestEffort, _ = p.bool(v, "best_effort")
 		case "expect":

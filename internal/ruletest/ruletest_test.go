@@ -247,6 +247,7 @@ func TestParseRefusesFilesThatCannotFail(t *testing.T) {
 		{"x-step: &s {request: {ip: a}}\ntests:\n  - {name: a, steps: [*s]}\n---\ntests: []\n", ":4:1: only one YAML document per file is supported"},
 		{"tests:\n  - {name: a, steps: [{expect: {allowed: 'true'}}]}\n", `:2:42: expect.allowed: want true or false without quotes, got the string "true"`},
 		{"", ": no tests: want a mapping with the key tests"},
+		{"tests:\n  - {name: a, steps: [{dedup_id: " + strings.Repeat("d", 257) + "}]}\n", ":2:34: dedup_id: at most 256 bytes, got 257"},
 	} {
 		path := write(t, dir, "c_test.yaml", c.content)
 		_, err := ruletest.Parse(path)
