@@ -33,7 +33,6 @@ import (
 // ISO weeks.
 func DefaultStart() time.Time { return time.Date(2026, time.January, 5, 0, 0, 0, 0, time.UTC) }
 
-
 // MaxRepeat bounds a step's repeat.
 const MaxRepeat = 1_000_000
 
