@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -170,16 +171,17 @@ func repoRoot(t *testing.T) string {
 // outOfTreeModule writes example.com/quota into a temporary directory: the
 // plugin package and the main package of kind (wasm or process) from
 // testdata/outoftree, and a go.mod requiring the modules of replace at
-// sdkVersion, replaced by the local directories. It seeds go.sum
-// with the last module's go.sum, whose requirements it shares, so that
-// tidying needs no checksum database. It sets the environment of every go
-// command the test runs, ruled plugin build's included: no workspace, no
-// toolchain switch, and no network (tidyAndList may fall back to it).
+// sdkVersion, replaced by the local directories. It seeds go.sum with the
+// last module's go.sum, whose requirements it shares, so that tidying checks
+// every download against checksums the repository holds. It sets the
+// environment of every go command the test runs, ruled plugin build's
+// included: no workspace and no toolchain switch. The module proxy stays
+// the one configured: a module cache that only ever built ruled lacks the
+// go.mod files of the SDK's own test dependencies, which tidying reads.
 func outOfTreeModule(t *testing.T, root, kind string, replace map[string]string) string {
 	t.Setenv("GOWORK", "off")
 	t.Setenv("GOFLAGS", "-mod=mod")
 	t.Setenv("GOTOOLCHAIN", "local")
-	t.Setenv("GOPROXY", "off")
 	dir := t.TempDir()
 	src := filepath.Join(root, "cmd", "ruled", "testdata", "outoftree")
 	for _, f := range []string{"quota.go", filepath.Join(kind, "main.go")} {
@@ -217,28 +219,33 @@ func outOfTreeModule(t *testing.T, root, kind string, replace map[string]string)
 }
 
 // tidyAndList runs go mod tidy in dir and returns `go list -m all`, one
-// module a line. Tidying offline needs the go.mod of every module in the
-// graph in the module cache; when one is missing (a fresh cache that only
-// ever built ruled), it retries once through the proxy that was configured
-// before the test.
+// module a line. Both may download what the module cache lacks; when they
+// cannot, the failure names the proxy they tried.
 func tidyAndList(t *testing.T, dir string) string {
 	t.Helper()
-	out, err := goCmd(dir, nil, "mod", "tidy")
-	if err != nil && strings.Contains(string(out), "GOPROXY=off") {
-		proxy, perr := exec.Command("go", "env", "GOPROXY").Output()
-		if p := strings.TrimSpace(string(proxy)); perr == nil && p != "off" {
-			t.Logf("the module cache lacks part of the graph; tidying through GOPROXY=%s\n%s", p, out)
-			out, err = goCmd(dir, []string{"GOPROXY=" + p}, "mod", "tidy")
-		}
-	}
-	if err != nil {
-		t.Fatalf("go mod tidy: %v\n%s", err, out)
+	if out, err := goCmd(dir, nil, "mod", "tidy"); err != nil {
+		t.Fatalf("go mod tidy: %v%s\n%s", err, proxyHint(out), out)
 	}
 	list, err := goCmd(dir, nil, "list", "-m", "all")
 	if err != nil {
-		t.Fatalf("go list -m all: %v\n%s", err, list)
+		t.Fatalf("go list -m all: %v%s\n%s", err, proxyHint(list), list)
 	}
 	return string(list)
+}
+
+// proxyHint explains a go command's failure to download a module: the
+// module cache lacks part of the plugin's module graph, and the module
+// proxy named by GOPROXY could not supply it. It is "" for other failures.
+func proxyHint(out []byte) string {
+	s := string(out)
+	if !strings.Contains(s, "GOPROXY=off") && !strings.Contains(s, "dial tcp") &&
+		!strings.Contains(s, "no such host") && !strings.Contains(s, "reading http") {
+		return ""
+	}
+	proxy, _ := exec.Command("go", "env", "GOPROXY").Output()
+	return fmt.Sprintf(" (the module cache lacks part of the plugin's module graph and the module proxy, GOPROXY=%s, "+
+		"could not supply it: this test needs the proxy or a module cache that has built the SDK modules' tests)",
+		strings.TrimSpace(string(proxy)))
 }
 
 // checkModules checks that `go list -m all` (mods) and go.mod name every
