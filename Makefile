@@ -22,25 +22,23 @@ run: build
 	@./scripts/deps.sh run
 	./bin/ruled serve --rules $(RULES) --listen $(LISTEN)
 
-## test: install redis-server, nginx, caddy and chromium if missing, then vet, format check and the race-enabled tests of every module
+## test: install redis-server, nginx, caddy and chromium if missing, then vet, format check, the race-enabled tests of every module and the example rules' tests; every step runs, and the failed ones are listed at the end
 test:
 	@./scripts/deps.sh test
-	@for m in $(MODULES); do echo "(cd $$m && $(GO) vet ./...)"; (cd $$m && $(GO) vet ./...) || exit 1; done
-	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	@for m in $(MODULES); do echo "(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...)"; \
-		(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
-	@echo "$(GO) run ./cmd/ruled test examples/rules/..."; $(GO) run ./cmd/ruled test examples/rules/...
+	@./scripts/keepgoing.sh \
+		$(foreach m,$(MODULES),"cd $(m) && $(GO) vet ./...") \
+		'unformatted=$$(gofmt -l .); [ -z "$$unformatted" ] || { echo "gofmt needed:"; echo "$$unformatted"; exit 1; }' \
+		$(foreach m,$(MODULES),"cd $(m) && $(GO) test -race -count=1 -timeout 15m ./...") \
+		"$(GO) run ./cmd/ruled test examples/rules/..."
 
 deps:
 	@./scripts/deps.sh test
 
 ## fuzz: run every fuzz target briefly (FUZZTIME each); CI runs it
-# Each runs in its package's directory, which works whichever module holds it.
+# Each runs in its package's directory, which works whichever module holds it;
+# every target runs, and the failed ones are listed at the end.
 fuzz:
-	@for f in $(FUZZ); do pkg=$${f%%:*}; fn=$${f##*:}; \
-		echo "(cd $$pkg && go test -run '^$$' -fuzz '^$$fn$$' -fuzztime $(FUZZTIME) .)"; \
-		(cd $$pkg && $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) .) || exit 1; \
-	done
+	@./scripts/keepgoing.sh $(foreach f,$(FUZZ),"cd $(firstword $(subst :, ,$(f))) && $(GO) test -run '^$$' -fuzz '^$(lastword $(subst :, ,$(f)))$$' -fuzztime $(FUZZTIME) .")
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ruled ./cmd/ruled
@@ -60,8 +58,7 @@ plugin-as:
 ## lint: staticcheck (installed into GOPATH/bin on first use)
 lint:
 	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
-	@for m in $(MODULES); do echo "(cd $$m && staticcheck ./...)"; \
-		(cd $$m && PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...) || exit 1; done
+	@PATH="$$PATH:$$($(GO) env GOPATH)/bin" ./scripts/keepgoing.sh $(foreach m,$(MODULES),"cd $(m) && staticcheck ./...")
 
 fmt:
 	gofmt -w .
