@@ -21,6 +21,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// go-redis writes a line to stderr for each failed dial of a pool. Tests
+// that start, kill, pause and fence servers dial refusing ports on purpose
+// (the readiness check before a server listens, a client of a node that is
+// down), and a failing package prints every such line, burying the failure.
+// Test binaries that use this package drop them: tests assert on the errors
+// that calls return, and a daemon under test logs through its own logger.
+func init() { redis.SetLogger(silentLogger{}) }
+
+// silentLogger is go-redis's logger in tests: it drops every line.
+type silentLogger struct{}
+
+// Printf implements go-redis's logging interface.
+func (silentLogger) Printf(context.Context, string, ...any) {}
+
 // Server is one redis-server process listening on 127.0.0.1.
 type Server struct {
 	tb       testing.TB
