@@ -610,8 +610,13 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 	}
 	cb.running = running{plugin: p.name, script: script, key: first, start: start}
 	p.cap.running.add(&cb.running)
-	defer p.cap.running.remove(&cb.running)
-	v, err := p.cap.run(ctx, p.scripter, p.client, s, call)
+	var v any
+	var err error
+	// A call that ran out of time (its context, or the connection's
+	// deadline, which can fire before the context says so) may leave its
+	// script running on in Redis: it stays a suspect for the watchdog.
+	defer func() { p.cap.running.end(&cb.running, ClassOf(err) == ClassTimeout) }()
+	v, err = p.cap.run(ctx, p.scripter, p.client, s, call)
 	if err != nil && p.cap.acl != nil && aclDenied(err) {
 		if authFailure(err) {
 			// The node does not know the plugin's user (restarted,

@@ -179,6 +179,7 @@ func (c *Capability) probeOnce(parent context.Context) {
 // probeNode asks one master for INFO server (and on a Cluster for its
 // cluster_state) and returns its run_id, or why it does not serve.
 func (c *Capability) probeNode(ctx, parent context.Context, node *redis.Client, cluster bool) (string, error) {
+	sent := time.Now()
 	info := node.InfoMap(ctx, "server")
 	if err := info.Err(); err != nil && redis.HasErrorPrefix(err, "BUSY") {
 		// The watchdog: stop the script, then look again.
@@ -187,6 +188,7 @@ func (c *Capability) probeNode(ctx, parent context.Context, node *redis.Client, 
 		c.stopScript(wctx, node, busy)
 		cancel()
 		rctx, cancel := context.WithTimeout(parent, c.timeout)
+		sent = time.Now()
 		info = node.InfoMap(rctx, "server")
 		cancel()
 	}
@@ -194,6 +196,12 @@ func (c *Capability) probeNode(ctx, parent context.Context, node *redis.Client, 
 	if err := info.Err(); err != nil {
 		return "", fmt.Errorf("%s: %w", addr, classify("", "probe", err))
 	}
+	// The node answered a command sent at sent: the script of a call given
+	// up on well before then is not running there. Well before: commands
+	// that reach Redis close together may run in any order, and on a
+	// loaded machine Redis can leave one waiting for a while; the
+	// capability's time-out is the margin.
+	c.running.answered(sent.Add(-c.timeout), c.onNode(ctx, node.Options().Addr))
 	runID := info.Item("Server", "run_id")
 	if cluster {
 		// A master that lost its quorum, or that serves a Cluster missing

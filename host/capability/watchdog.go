@@ -3,6 +3,7 @@ package capability
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,14 +84,25 @@ type running struct {
 	prev, next *running
 	plugin     string
 	script     string
-	key        string // the first key: on a Cluster, it names the node
-	start      time.Time
+	key        string    // the first key: on a Cluster, it names the node
+	start      time.Time // when the call was made
+	gaveUp     time.Time // when its caller stopped waiting for Redis's answer; zero while it waits
 }
 
-// runningCalls lists the calls in flight in the order they started.
+// maxGaveUp bounds the calls a capability remembers whose caller gave up
+// (runningCalls.gaveUp): the newest are kept.
+const maxGaveUp = 256
+
+// runningCalls lists the calls in flight in the order they started, and
+// the calls whose caller gave up before Redis answered: a script that keeps
+// Redis busy outlasts its caller's time-out, which can come before the
+// watchdog looks (on a loaded machine, or before Redis answers BUSY), and
+// it may be running still. Those stay suspects until their node answers a
+// probe sent well after they gave up.
 type runningCalls struct {
-	mu   sync.Mutex
-	root running // root.next is the oldest call, root.prev the newest
+	mu     sync.Mutex
+	root   running   // root.next is the oldest call, root.prev the newest
+	gaveUp []running // in the order their callers gave up
 }
 
 func (l *runningCalls) add(r *running) {
@@ -104,15 +116,47 @@ func (l *runningCalls) add(r *running) {
 	l.mu.Unlock()
 }
 
-func (l *runningCalls) remove(r *running) {
+// end takes r off the calls in flight; gaveUp says that its caller stopped
+// waiting before Redis answered, so that it is remembered as a suspect.
+func (l *runningCalls) end(r *running, gaveUp bool) {
 	l.mu.Lock()
 	r.prev.next, r.next.prev = r.next, r.prev
 	r.prev, r.next = nil, nil
+	if gaveUp {
+		if len(l.gaveUp) == maxGaveUp {
+			l.gaveUp = slices.Delete(l.gaveUp, 0, 1)
+		}
+		l.gaveUp = append(l.gaveUp, running{plugin: r.plugin, script: r.script, key: r.key, start: r.start, gaveUp: time.Now()})
+	}
 	l.mu.Unlock()
 }
 
-// oldest returns a copy of the oldest call that started before `before`
-// and on runs the node (nil when every call does), if there is one.
+// answered forgets the calls that gave up before `before` on the node that
+// on reports (nil: every node): the node answered a command that reached it
+// after theirs, so none of their scripts runs there any more.
+func (l *runningCalls) answered(before time.Time, on func(key string) bool) {
+	l.mu.Lock()
+	suspects := slices.Clone(l.gaveUp)
+	l.mu.Unlock()
+	if len(suspects) == 0 {
+		return
+	}
+	var done []running
+	for _, r := range suspects { // node lookups outside the lock
+		if r.gaveUp.Before(before) && (on == nil || on(r.key)) {
+			done = append(done, r)
+		}
+	}
+	l.mu.Lock()
+	l.gaveUp = slices.DeleteFunc(l.gaveUp, func(r running) bool {
+		return slices.ContainsFunc(done, func(d running) bool { return d.start.Equal(r.start) && d.gaveUp.Equal(r.gaveUp) })
+	})
+	l.mu.Unlock()
+}
+
+// oldest returns a copy of the oldest call, in flight or given up on, that
+// started before `before` and on runs the node (nil when every call does),
+// if there is one.
 func (l *runningCalls) oldest(before time.Time, on func(key string) bool) (running, bool) {
 	l.mu.Lock()
 	var found []running
@@ -122,7 +166,13 @@ func (l *runningCalls) oldest(before time.Time, on func(key string) bool) (runni
 		}
 		found = append(found, running{plugin: r.plugin, script: r.script, key: r.key, start: r.start})
 	}
+	for _, r := range l.gaveUp {
+		if r.start.Before(before) {
+			found = append(found, r)
+		}
+	}
 	l.mu.Unlock()
+	slices.SortStableFunc(found, func(a, b running) int { return a.start.Compare(b.start) })
 	for _, r := range found { // node lookups outside the lock
 		if on == nil || on(r.key) {
 			return r, true

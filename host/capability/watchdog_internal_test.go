@@ -31,6 +31,51 @@ func TestQuarantineBackOff(t *testing.T) {
 	}
 }
 
+// A call whose caller gave up stays a suspect, older calls first, until
+// its node answers a command sent after it gave up; only the newest
+// maxGaveUp are kept.
+func TestRunningCallsRememberCallersThatGaveUp(t *testing.T) {
+	var l runningCalls
+	t0 := time.Now()
+	a := running{plugin: "a", key: "ka", start: t0}
+	b := running{plugin: "b", key: "kb", start: t0.Add(time.Millisecond)}
+	l.add(&a)
+	l.add(&b)
+	l.end(&a, true)
+	after := t0.Add(time.Hour)
+	if r, ok := l.oldest(after, nil); !ok || r.plugin != "a" {
+		t.Fatalf("oldest = %+v, %v; want a, whose caller gave up", r, ok)
+	}
+	if _, ok := l.oldest(t0, nil); ok {
+		t.Fatal("a call that started at the bound counted as before it")
+	}
+	l.answered(after, func(key string) bool { return key != "ka" }) // another node answered
+	if r, _ := l.oldest(after, nil); r.plugin != "a" {
+		t.Fatalf("another node's answer cleared a: oldest = %+v", r)
+	}
+	l.answered(t0, nil) // sent before a gave up
+	if r, _ := l.oldest(after, nil); r.plugin != "a" {
+		t.Fatalf("an answer to a command sent before a gave up cleared it: oldest = %+v", r)
+	}
+	l.answered(after, nil)
+	if r, ok := l.oldest(after, nil); !ok || r.plugin != "b" {
+		t.Fatalf("after its node answered: oldest = %+v, %v; want b, still in flight", r, ok)
+	}
+	l.end(&b, false)
+	if r, ok := l.oldest(after, nil); ok {
+		t.Fatalf("a call answered in time is a suspect: %+v", r)
+	}
+	for i := range maxGaveUp + 10 {
+		r := running{plugin: "p", start: t0.Add(time.Duration(i) * time.Millisecond)}
+		l.add(&r)
+		l.end(&r, true)
+	}
+	r, _ := l.oldest(after, nil)
+	if len(l.gaveUp) != maxGaveUp || !r.start.Equal(t0.Add(10*time.Millisecond)) {
+		t.Fatalf("%d remembered, oldest from %v; want %d, the newest", len(l.gaveUp), r.start.Sub(t0), maxGaveUp)
+	}
+}
+
 // BenchmarkRunningCalls is what tracking the calls in flight (for the
 // watchdog to name a script Redis cannot kill) adds to every call.
 func BenchmarkRunningCalls(b *testing.B) {
@@ -39,7 +84,7 @@ func BenchmarkRunningCalls(b *testing.B) {
 		for pb.Next() {
 			r := running{plugin: "p", script: "s", start: time.Now()}
 			l.add(&r)
-			l.remove(&r)
+			l.end(&r, false)
 		}
 	})
 }

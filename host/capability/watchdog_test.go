@@ -193,3 +193,31 @@ func TestWatchdogUnkillableScript(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchdogNamesAScriptThatOutlivesItsCaller: the caller of a script
+// that wrote and loops stops waiting before Redis answers anyone BUSY (its
+// time-out came first, as on a loaded machine). The script runs on, and
+// the watchdog still quarantines its plugin, and only that one.
+func TestWatchdogNamesAScriptThatOutlivesItsCaller(t *testing.T) {
+	srv := busyRedis(t)
+	var logs logBuf
+	c := newCap(t, srv, capability.Options{Isolation: isolation(t, srv), Logger: logs.logger()})
+	bad := register(t, c, "writer", writeSpin)
+	good := register(t, c, "good", goodScript)
+	inBackground(t, func(ctx context.Context) { c.Probe(ctx, 100*time.Millisecond) })
+	waitUntil(t, 2*time.Second, "the first probe", func() bool { return c.RedisErr() == nil })
+	if _, err := good.Host("r", "s").Eval(context.Background(), "good", []string{"n"}); err != nil {
+		t.Fatal(err)
+	}
+	// 20 ms: well before the 100 ms after which Redis answers BUSY.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := bad.Host("r", "s").Eval(ctx, "write-spin", []string{"k"}); capability.ClassOf(err) != capability.ClassTimeout {
+		t.Fatalf("the looping call: %v, want class timeout", err)
+	}
+	waitUntil(t, 2*time.Second, "the plugin quarantined", func() bool { return bad.Quarantined() != "" })
+	if good.Quarantined() != "" {
+		t.Fatalf("the innocent plugin was quarantined:\n%s", logs.String())
+	}
+	srv.Kill() // end the test's script the only way there is
+}
