@@ -283,3 +283,84 @@ func TestIsolatedCallsFollowASK(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelinesNeverWaitForAnotherMaster: one master of three stops (SIGSTOP)
+// while 8 callers keep calls for it in flight and 8 others call the other
+// masters, autopipelined as ruled sends them. The stopped master's calls run
+// out of their time-out; every call for the others is answered, and none
+// waits for the stopped one: each takes less than the time-out, which is
+// what a call that shared a batch with the stopped master's would take. The
+// time-out is 1 s, far above what a loaded machine adds to a call.
+func TestPipelinesNeverWaitForAnotherMaster(t *testing.T) {
+	const timeout = time.Second
+	cl := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	for _, n := range cl.Nodes() { // the stopped master's slots must not stop the others
+		if err := n.Client().ConfigSet(ctx, "cluster-require-full-coverage", "no").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		ReadTimeout: timeout, WriteTimeout: timeout})
+	t.Cleanup(func() { _ = cc.Close() })
+	c := capability.New(cc, capability.Options{Timeout: timeout, Pipeline: redis.DefaultBlockingAutoPipelineOptions()})
+	p := register(t, c, "pipes", goodScript)
+	master := func(s string) *redistest.Server { return cl.MasterForKey("{" + capability.EscapeSubject(s) + "}") }
+	all := awkwardSubjects()
+	stopped := master(all[0])
+	var onStopped, others []string
+	for _, s := range all {
+		if _, err := p.Host("r", s).Eval(ctx, "good", []string{"n"}); err != nil { // scripts loaded, connections open
+			t.Fatal(err)
+		}
+		if master(s) == stopped {
+			onStopped = append(onStopped, s)
+		} else {
+			others = append(others, s)
+		}
+	}
+	stopped.Pause()
+	defer stopped.Resume()
+
+	var mu sync.Mutex
+	var answered, failed, slow, stoppedFailed int
+	var worst time.Duration
+	var wg sync.WaitGroup
+	end := time.Now().Add(2 * time.Second)
+	for g := range 16 {
+		subjects := [][]string{others, onStopped}[g%2]
+		wg.Go(func() {
+			for i := g; time.Now().Before(end); i++ {
+				start := time.Now()
+				_, err := p.Host("r", subjects[i%len(subjects)]).Eval(ctx, "good", []string{"n"})
+				took := time.Since(start)
+				mu.Lock()
+				switch {
+				case g%2 == 1:
+					if err != nil {
+						stoppedFailed++
+					}
+				case err != nil:
+					failed++
+				case took >= timeout:
+					slow++
+				default:
+					answered++
+					worst = max(worst, took)
+				}
+				mu.Unlock()
+				if g%2 == 1 {
+					time.Sleep(time.Millisecond) // an open circuit fails at once: no busy loop
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d calls for the other masters answered, the slowest in %v; %d calls for the stopped one failed", answered, worst, stoppedFailed)
+	if stoppedFailed == 0 {
+		t.Fatal("no call for the stopped master failed: the fault tested nothing")
+	}
+	if failed > 0 || slow > 0 {
+		t.Fatalf("%d calls for the other masters failed and %d took the time-out (%v) or more: they waited for the stopped master", failed, slow, timeout)
+	}
+}
