@@ -130,6 +130,35 @@ func TestMakefileListsEveryModule(t *testing.T) {
 	}
 }
 
+// TestMakeTestReportsEveryFailure: make test, lint and fuzz run their steps
+// through scripts/keepgoing.sh, which runs every step past a failure, then
+// lists the failed ones and exits 1 (README, "make test").
+func TestMakeTestReportsEveryFailure(t *testing.T) {
+	root := repoRoot(t)
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"test", "lint", "fuzz"} {
+		recipe := regexp.MustCompile(`(?ms)^` + target + `:\n(.*?)\n\n`).FindSubmatch(makefile)
+		if recipe == nil || !strings.Contains(string(recipe[1]), "./scripts/keepgoing.sh") || strings.Contains(string(recipe[1]), "|| exit 1") {
+			t.Errorf("make %s does not run its steps through scripts/keepgoing.sh:\n%s", target, recipe)
+		}
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	cmd := exec.Command(filepath.Join(root, "scripts", "keepgoing.sh"), "exit 3", "touch "+marker, "false")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("keepgoing.sh with failing steps: %v, want exit status 1\n%s", err, out)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the step after a failed one did not run: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "FAILED: 2 of 3 steps:\n  exit 3\n  false\n") {
+		t.Fatalf("keepgoing.sh does not list the failed steps:\n%s", out)
+	}
+}
+
 // ruled's module and sdk/process require the SDK modules at sdkVersion, and
 // the docs' go get lines name it: a new tag moves all of them at once.
 func TestTheSDKVersionIsOneEverywhere(t *testing.T) {
