@@ -615,7 +615,7 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 	// A call that ran out of time (its context, or the connection's
 	// deadline, which can fire before the context says so) may leave its
 	// script running on in Redis: it stays a suspect for the watchdog.
-	defer func() { p.cap.running.end(&cb.running, ClassOf(err) == ClassTimeout) }()
+	defer func() { p.cap.running.end(&cb.running, err != nil && ClassOf(err) == ClassTimeout) }()
 	v, err = p.cap.run(ctx, p.scripter, p.client, s, call)
 	if err != nil && p.cap.acl != nil && aclDenied(err) {
 		if authFailure(err) {
