@@ -608,7 +608,7 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 		p.cap.observe(p.name, script, br.node, 0, err)
 		return sdk.Reply{}, err
 	}
-	cb.running = running{plugin: p.name, script: script, key: first, start: start}
+	cb.running = running{plugin: p.name, script: script, node: br.node, start: start}
 	p.cap.running.add(&cb.running)
 	var v any
 	var err error

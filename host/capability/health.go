@@ -201,7 +201,7 @@ func (c *Capability) probeNode(ctx, parent context.Context, node *redis.Client, 
 	// that reach Redis close together may run in any order, and on a
 	// loaded machine Redis can leave one waiting for a while; the
 	// capability's time-out is the margin.
-	c.running.answered(sent.Add(-c.timeout), c.onNode(ctx, node.Options().Addr))
+	c.running.answered(nodeName(node), sent.Add(-c.timeout))
 	runID := info.Item("Server", "run_id")
 	if cluster {
 		// A master that lost its quorum, or that serves a Cluster missing

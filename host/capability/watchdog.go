@@ -84,7 +84,7 @@ type running struct {
 	prev, next *running
 	plugin     string
 	script     string
-	key        string    // the first key: on a Cluster, it names the node
+	node       string    // the master the call went to (nodeName), "" when unknown
 	start      time.Time // when the call was made
 	gaveUp     time.Time // when its caller stopped waiting for Redis's answer; zero while it waits
 }
@@ -126,59 +126,39 @@ func (l *runningCalls) end(r *running, gaveUp bool) {
 		if len(l.gaveUp) == maxGaveUp {
 			l.gaveUp = slices.Delete(l.gaveUp, 0, 1)
 		}
-		l.gaveUp = append(l.gaveUp, running{plugin: r.plugin, script: r.script, key: r.key, start: r.start, gaveUp: time.Now()})
+		l.gaveUp = append(l.gaveUp, running{plugin: r.plugin, script: r.script, node: r.node, start: r.start, gaveUp: time.Now()})
 	}
 	l.mu.Unlock()
 }
 
-// answered forgets the calls that gave up before `before` on the node that
-// on reports (nil: every node): the node answered a command that reached it
-// after theirs, so none of their scripts runs there any more.
-func (l *runningCalls) answered(before time.Time, on func(key string) bool) {
+// answered forgets the calls to node that gave up before `before`: the
+// node answered a command that reached it after theirs, so none of their
+// scripts runs there any more.
+func (l *runningCalls) answered(node string, before time.Time) {
 	l.mu.Lock()
-	suspects := slices.Clone(l.gaveUp)
-	l.mu.Unlock()
-	if len(suspects) == 0 {
-		return
-	}
-	var done []running
-	for _, r := range suspects { // node lookups outside the lock
-		if r.gaveUp.Before(before) && (on == nil || on(r.key)) {
-			done = append(done, r)
-		}
-	}
-	l.mu.Lock()
-	l.gaveUp = slices.DeleteFunc(l.gaveUp, func(r running) bool {
-		return slices.ContainsFunc(done, func(d running) bool { return d.start.Equal(r.start) && d.gaveUp.Equal(r.gaveUp) })
-	})
+	l.gaveUp = slices.DeleteFunc(l.gaveUp, func(r running) bool { return r.node == node && r.gaveUp.Before(before) })
 	l.mu.Unlock()
 }
 
-// oldest returns a copy of the oldest call, in flight or given up on, that
-// started before `before` and on runs the node (nil when every call does),
-// if there is one.
-func (l *runningCalls) oldest(before time.Time, on func(key string) bool) (running, bool) {
+// oldest returns a copy of the oldest call to node, in flight or given up
+// on, that started before `before`, if there is one.
+func (l *runningCalls) oldest(node string, before time.Time) (running, bool) {
 	l.mu.Lock()
-	var found []running
-	for r := l.root.next; r != nil && r != &l.root; r = r.next {
-		if !r.start.Before(before) {
+	defer l.mu.Unlock()
+	var found running
+	ok := false
+	for r := l.root.next; r != nil && r != &l.root && r.start.Before(before); r = r.next {
+		if r.node == node {
+			found, ok = running{plugin: r.plugin, script: r.script, node: r.node, start: r.start}, true
 			break
 		}
-		found = append(found, running{plugin: r.plugin, script: r.script, key: r.key, start: r.start})
 	}
 	for _, r := range l.gaveUp {
-		if r.start.Before(before) {
-			found = append(found, r)
+		if r.node == node && r.start.Before(before) && (!ok || r.start.Before(found.start)) {
+			found, ok = r, true
 		}
 	}
-	l.mu.Unlock()
-	slices.SortStableFunc(found, func(a, b running) int { return a.start.Compare(b.start) })
-	for _, r := range found { // node lookups outside the lock
-		if on == nil || on(r.key) {
-			return r, true
-		}
-	}
-	return running{}, false
+	return found, ok
 }
 
 // nudgeWatchdog asks Probe to look at Redis now: a call was answered BUSY.
@@ -202,7 +182,7 @@ func (c *Capability) stopScript(ctx context.Context, node *redis.Client, busySin
 		return
 	case <-time.After(busyGrace):
 	}
-	local, haveLocal := c.running.oldest(busySince, c.onNode(ctx, addr))
+	local, haveLocal := c.running.oldest(nodeName(node), busySince)
 	err := node.ScriptKill(ctx).Err()
 	switch {
 	case err == nil, redis.HasErrorPrefix(err, "NOTBUSY"): // killed, or it ended (another ruled may have killed it)
@@ -237,19 +217,6 @@ func (c *Capability) stopScript(ctx context.Context, node *redis.Client, busySin
 		}
 	default:
 		c.log.Warn("watchdog: SCRIPT KILL failed", "node", addr, "err", err)
-	}
-}
-
-// onNode returns a test of whether a call's key lives on the node at addr:
-// nil (every call does) unless the client is a Cluster's.
-func (c *Capability) onNode(ctx context.Context, addr string) func(string) bool {
-	cc, ok := c.client.(*redis.ClusterClient)
-	if !ok {
-		return nil
-	}
-	return func(key string) bool {
-		n, err := cc.MasterForKey(ctx, key)
-		return err == nil && n.Options().Addr == addr
 	}
 }
 

@@ -37,40 +37,45 @@ func TestQuarantineBackOff(t *testing.T) {
 func TestRunningCallsRememberCallersThatGaveUp(t *testing.T) {
 	var l runningCalls
 	t0 := time.Now()
-	a := running{plugin: "a", key: "ka", start: t0}
-	b := running{plugin: "b", key: "kb", start: t0.Add(time.Millisecond)}
+	a := running{plugin: "a", node: "n1", start: t0}
+	b := running{plugin: "b", node: "n1", start: t0.Add(time.Millisecond)}
+	other := running{plugin: "o", node: "n2", start: t0.Add(-time.Millisecond)}
+	l.add(&other)
 	l.add(&a)
 	l.add(&b)
 	l.end(&a, true)
 	after := t0.Add(time.Hour)
-	if r, ok := l.oldest(after, nil); !ok || r.plugin != "a" {
+	if r, ok := l.oldest("n1", after); !ok || r.plugin != "a" {
 		t.Fatalf("oldest = %+v, %v; want a, whose caller gave up", r, ok)
 	}
-	if _, ok := l.oldest(t0, nil); ok {
+	if r, ok := l.oldest("n2", after); !ok || r.plugin != "o" {
+		t.Fatalf("oldest on n2 = %+v, %v; want o, the only call to it", r, ok)
+	}
+	if _, ok := l.oldest("n1", t0); ok {
 		t.Fatal("a call that started at the bound counted as before it")
 	}
-	l.answered(after, func(key string) bool { return key != "ka" }) // another node answered
-	if r, _ := l.oldest(after, nil); r.plugin != "a" {
+	l.answered("n2", after) // another node answered
+	if r, _ := l.oldest("n1", after); r.plugin != "a" {
 		t.Fatalf("another node's answer cleared a: oldest = %+v", r)
 	}
-	l.answered(t0, nil) // sent before a gave up
-	if r, _ := l.oldest(after, nil); r.plugin != "a" {
+	l.answered("n1", t0) // sent before a gave up
+	if r, _ := l.oldest("n1", after); r.plugin != "a" {
 		t.Fatalf("an answer to a command sent before a gave up cleared it: oldest = %+v", r)
 	}
-	l.answered(after, nil)
-	if r, ok := l.oldest(after, nil); !ok || r.plugin != "b" {
+	l.answered("n1", after)
+	if r, ok := l.oldest("n1", after); !ok || r.plugin != "b" {
 		t.Fatalf("after its node answered: oldest = %+v, %v; want b, still in flight", r, ok)
 	}
 	l.end(&b, false)
-	if r, ok := l.oldest(after, nil); ok {
+	if r, ok := l.oldest("n1", after); ok {
 		t.Fatalf("a call answered in time is a suspect: %+v", r)
 	}
 	for i := range maxGaveUp + 10 {
-		r := running{plugin: "p", start: t0.Add(time.Duration(i) * time.Millisecond)}
+		r := running{plugin: "p", node: "n1", start: t0.Add(time.Duration(i) * time.Millisecond)}
 		l.add(&r)
 		l.end(&r, true)
 	}
-	r, _ := l.oldest(after, nil)
+	r, _ := l.oldest("n1", after)
 	if len(l.gaveUp) != maxGaveUp || !r.start.Equal(t0.Add(10*time.Millisecond)) {
 		t.Fatalf("%d remembered, oldest from %v; want %d, the newest", len(l.gaveUp), r.start.Sub(t0), maxGaveUp)
 	}
