@@ -1,10 +1,7 @@
 package rules
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -115,7 +112,7 @@ func IsTestFile(name string) bool {
 }
 
 func (f *Files) parseFile(name string) {
-	content, err := os.ReadFile(name)
+	content, err := yamlnode.ReadFile(name)
 	if err != nil {
 		f.errs = append(f.errs, &Error{Pos: Position{File: name}, Code: CodeRead, Message: err.Error()})
 		return
@@ -129,24 +126,14 @@ func (f *Files) parseFile(name string) {
 	f.files = append(f.files, sf)
 	p := &parser{Files: f, file: sf}
 
-	dec := yaml.NewDecoder(bytes.NewReader(content))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if !errors.Is(err, io.EOF) {
-			p.yamlError(err)
-		}
-		return
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errorf(&extra, "", CodeYAML, "only one YAML document per file is supported")
-	} else if !errors.Is(err, io.EOF) {
+	doc, err := yamlnode.Decode(content)
+	if err != nil {
 		p.yamlError(err)
 	}
-	if len(doc.Content) == 0 {
-		return
+	if doc.Extra != nil {
+		p.errorf(doc.Extra, "", CodeYAML, "only one YAML document per file is supported")
 	}
-	root := yamlnode.Resolve(doc.Content[0])
+	root := doc.Root
 	if yamlnode.IsNull(root) {
 		return
 	}
@@ -181,8 +168,8 @@ func (p *parser) errorf(n *yaml.Node, rule, code, format string, args ...any) {
 // yamlError turns a YAML syntax error into positioned Errors (yaml.v3
 // reports lines but not columns).
 func (p *parser) yamlError(err error) {
-	for _, se := range yamlnode.SyntaxErrors(err) {
-		p.errs = append(p.errs, &Error{Pos: Position{File: p.file.name, Line: se.Line}, Code: CodeYAML, Message: se.Message})
+	for _, pr := range yamlnode.Problems(err) {
+		p.errs = append(p.errs, &Error{Pos: Position{File: p.file.name, Line: pr.Line, Column: pr.Column}, Code: CodeYAML, Message: pr.Message})
 	}
 }
 

@@ -104,7 +104,7 @@ type reportNote struct {
 // `file:line:col: note: message`.
 type note = envoyimport.Note
 
-func check(args []string, stdout, stderr io.Writer) int {
+func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", stderr)
 	start := fs.Bool("start-plugins", false, "start the declared plugins to validate their rules' config")
 	format := formatText
@@ -120,7 +120,10 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	path := pos[0]
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	set, notes, err := checkRules(path, log, *start)
+	set, notes, err := checkRules(ctx, path, log, *start)
+	if ctx.Err() != nil {
+		return 2 // main gives the signal's status; no report
+	}
 	notes = append(testFileNotes(path), notes...)
 	if format == formatJSON {
 		rep := newCheckReport(path, set, notes, err)
@@ -214,7 +217,7 @@ func writeJSON(w io.Writer, v any) error {
 // checked as far as that goes (checkPlugin) and stands in the catalog as a
 // plugin that accepts any config, so that its rules are checked all the
 // same but for their config; a note per such plugin says so.
-func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []note, error) {
+func checkRules(ctx context.Context, path string, log *slog.Logger, start bool) (*rules.Set, []note, error) {
 	files, err := rules.Parse(path)
 	if files == nil {
 		return nil, nil, err
@@ -230,7 +233,7 @@ func checkRules(path string, log *slog.Logger, start bool) (*rules.Set, []note, 
 	var notes []note
 	loadErrs := host.LoadDeclared(files.Plugins(), func(name string) bool { _, ok := cat[name]; return ok },
 		func(d rules.PluginDecl) error {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			if !start {
 				if err := checkPlugin(ctx, d); err != nil {

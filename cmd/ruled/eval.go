@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -81,7 +82,7 @@ const (
 
 // evalCmd traces which rules match a check body, their subjects, plugins and
 // resolved config, without touching Redis.
-func evalCmd(args []string, stdout, stderr io.Writer) int {
+func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("eval", stderr)
 	rulesPath := fs.String("rules", "", "rule file or directory of *.yaml (required)")
 	inputPath := fs.String("input", "", "JSON file holding a /v1/check body; - for standard input (required)")
@@ -112,6 +113,9 @@ func evalCmd(args []string, stdout, stderr io.Writer) int {
 		return evalBadRules
 	}
 	out := trace(set, *rulesPath, in)
+	if ctx.Err() != nil {
+		return evalBadUsage // main gives the signal's status; no output
+	}
 	if format == formatJSON {
 		err = writeJSON(stdout, out)
 	} else {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -54,14 +55,14 @@ type importFile struct {
 }
 
 // importCmd runs `ruled import SOURCE ...`; envoy is the only source.
-func importCmd(args []string, stdout, stderr io.Writer) int {
+func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, importUsage)
 		return 2
 	}
 	switch args[0] {
 	case "envoy":
-		return importEnvoy(args[1:], stdout, stderr)
+		return importEnvoy(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, importUsage)
 		return 0
@@ -71,7 +72,7 @@ func importCmd(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func importEnvoy(args []string, stdout, stderr io.Writer) int {
+func importEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("import envoy", stderr)
 	out := fs.String("o", "", "directory to write the rule files to")
 	force := fs.Bool("force", false, "overwrite existing files")
@@ -90,6 +91,10 @@ func importEnvoy(args []string, stdout, stderr io.Writer) int {
 	path := pos[0]
 
 	files, notes, err := translateEnvoy(path)
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "ruled import envoy: %s before any file was written\n", context.Cause(ctx))
+		return 2 // main gives the signal's status
+	}
 	var written []string
 	if err == nil {
 		written, err = writeEnvoy(*out, files, *force)

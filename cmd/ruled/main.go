@@ -15,11 +15,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -41,13 +43,90 @@ Usage:
 
   F is text (the default) or json.
 
-PATH is a rule file or a directory of *.yaml files.
+PATH is a rule file or a directory of *.yaml files. SIGINT or SIGTERM stops a command
+other than serve within a second, with exit status 130 or 143.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	cmd := ""
+	if len(os.Args) > 1 {
+		cmd = os.Args[1]
+	}
+	ctx, stop := onInterrupt(context.Background(), cmd != "serve", os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if sig, ok := interruptedBy(ctx); ok && cmd != "serve" {
+		code = exitCode(sig)
+	}
+	stop()
+	os.Exit(code)
+}
+
+// interruptGrace is how long an offline command has, once interrupted, to
+// stop on its own (it looks at its context between units of work) before
+// the process exits anyway.
+const interruptGrace = time.Second
+
+// interruption is the cause of a context cancelled by a signal.
+type interruption struct{ sig syscall.Signal }
+
+func (i interruption) Error() string { return "interrupted by " + signalName(i.sig) }
+
+// onInterrupt returns a context cancelled, with an interruption as its
+// cause, at the first SIGINT or SIGTERM. With force, the process exits
+// with the signal's status interruptGrace after that, saying so on
+// stderr, if the command has not returned by then: an offline command
+// stops when asked, whatever it is doing. ruled serve is not forced: it
+// drains with time-outs of its own.
+func onInterrupt(parent context.Context, force bool, stderr io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			sig, _ := s.(syscall.Signal)
+			cancel(interruption{sig})
+			if !force {
+				return
+			}
+			select {
+			case <-time.After(interruptGrace):
+				fmt.Fprintf(stderr, "ruled: interrupted by %s; stopped before the end, its output is incomplete\n", signalName(sig))
+				os.Exit(exitCode(sig))
+			case <-done:
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// interruptedBy returns the signal that cancelled ctx, if one did.
+func interruptedBy(ctx context.Context) (syscall.Signal, bool) {
+	var i interruption
+	if errors.As(context.Cause(ctx), &i) {
+		return i.sig, true
+	}
+	return 0, false
+}
+
+// exitCode is the shell's status for a process stopped by sig: 130 for
+// SIGINT, 143 for SIGTERM.
+func exitCode(sig syscall.Signal) int { return 128 + int(sig) }
+
+func signalName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
 }
 
 // run executes one command and returns the process exit code.
@@ -60,17 +139,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return serve(ctx, args[1:], stdout, stderr)
 	case "check":
-		return check(args[1:], stdout, stderr)
+		return check(ctx, args[1:], stdout, stderr)
 	case "eval":
-		return evalCmd(args[1:], stdout, stderr)
+		return evalCmd(ctx, args[1:], stdout, stderr)
 	case "test":
 		return testCmd(ctx, args[1:], stdout, stderr)
 	case "replay":
-		return replayCmd(args[1:], stdout, stderr)
+		return replayCmd(ctx, args[1:], stdout, stderr)
 	case "plugin":
 		return pluginCmd(ctx, args[1:], stdout, stderr)
 	case "import":
-		return importCmd(args[1:], stdout, stderr)
+		return importCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "ruled %s\n", version)
 		return 0

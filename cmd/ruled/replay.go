@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -79,7 +80,7 @@ type replayOutput struct {
 	BadLines    int          `json:"bad_lines"`
 	BadExamples []badExample `json:"bad_examples"`
 	// ReadError is why reading stopped before the end of the log (a
-	// truncated gzip); "" when the whole log was read.
+	// truncated gzip, a signal); "" when the whole log was read.
 	ReadError string `json:"read_error"`
 	replay.Report
 }
@@ -97,12 +98,12 @@ func (l *specList) String() string     { return strings.Join(*l, " ") }
 func (l *specList) Set(s string) error { *l = append(*l, s); return nil }
 
 // replayCmd is ruled replay, --log - reading the process's standard input.
-func replayCmd(args []string, stdout, stderr io.Writer) int {
-	return replayMain(args, os.Stdin, stdout, stderr)
+func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return replayMain(ctx, args, os.Stdin, stdout, stderr)
 }
 
 // replayMain is ruled replay, reading --log - from stdin.
-func replayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func replayMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("replay", stderr)
 	rulesPath := fs.String("rules", "", "rule file or directory of *.yaml (required)")
 	logPath := fs.String("log", "", "the access log; - for standard input (required)")
@@ -149,7 +150,7 @@ func replayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return usageErr(fmt.Errorf("--map: %w", err))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	set, _, err := checkRules(*rulesPath, log, false)
+	set, _, err := checkRules(ctx, *rulesPath, log, false)
 	if err != nil {
 		printRuleErrors(stderr, err, "")
 		return 1
@@ -164,7 +165,7 @@ func replayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return usageErr(err)
 	}
 	defer in.Close()
-	out, err := replayLog(in, opts, mapper, rp)
+	out, err := replayLog(ctx, in, opts, mapper, rp)
 	if err != nil {
 		return usageErr(fmt.Errorf("--field: %w", err)) // only JSON fields can be wrong
 	}
@@ -207,9 +208,9 @@ func replayFailure(out replayOutput) string {
 }
 
 // replayLog replays every line of in and returns the report. It stops at
-// the first error reading in, reporting the lines before it (ReadError);
-// it fails only on opts.
-func replayLog(in io.Reader, opts accesslog.Options, m *accesslog.Mapper, rp *replay.Replayer) (replayOutput, error) {
+// the first error reading in, or when ctx ends, reporting the lines before
+// it (ReadError); it fails only on opts.
+func replayLog(ctx context.Context, in io.Reader, opts accesslog.Options, m *accesslog.Mapper, rp *replay.Replayer) (replayOutput, error) {
 	out := replayOutput{BadExamples: []badExample{}}
 	r, err := accesslog.NewReader(in, opts)
 	if err != nil {
@@ -219,6 +220,10 @@ func replayLog(in io.Reader, opts accesslog.Options, m *accesslog.Mapper, rp *re
 	var input rules.Input
 	req := host.CheckRequest{Hits: 1}
 	for {
+		if r.Line()%4096 == 0 && ctx.Err() != nil {
+			out.ReadError = context.Cause(ctx).Error()
+			break
+		}
 		err := r.Read(&e)
 		if errors.Is(err, io.EOF) {
 			break

@@ -402,7 +402,7 @@ func TestReplayStdin(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out, errOut bytes.Buffer
-		code := replayMain([]string{"--rules", "../../examples/rules", "--log", "-", "--format", "json"},
+		code := replayMain(context.Background(), []string{"--rules", "../../examples/rules", "--log", "-", "--format", "json"},
 			bytes.NewReader(data), &out, &errOut)
 		var rep replayOutput
 		if err := json.Unmarshal(out.Bytes(), &rep); err != nil || code != 0 || rep.Lines != 621 || rep.Checks != 620 || rep.Denied != 570 {
@@ -410,7 +410,7 @@ func TestReplayStdin(t *testing.T) {
 		}
 	}
 	var out, errOut bytes.Buffer
-	code := replayMain([]string{"--rules", "../../examples/rules", "--log", "-"}, strings.NewReader(""), &out, &errOut)
+	code := replayMain(context.Background(), []string{"--rules", "../../examples/rules", "--log", "-"}, strings.NewReader(""), &out, &errOut)
 	if code != 1 || errOut.String() != "ruled replay: standard input: the log is empty\n" {
 		t.Errorf("empty stdin: exit %d, %q", code, errOut.String())
 	}

@@ -50,6 +50,8 @@ process and instantly; rules that use a third-party plugin need --redis. Either 
 request is decided by its plugin: the deny cache and leases, which answer the same or
 more conservatively, are off.
 
+A file sends at most 1,000,000 checks, all its cases and repeats together.
+
 Exit status: 0 every case passed; 1 a case failed, or a test or rule file is invalid;
 2 usage error, a PATH without test files, --run matching no case, or Redis cannot be
 reached or failed during a case.
@@ -62,6 +64,9 @@ type testReport struct {
 	Passed int              `json:"passed"`
 	Failed int              `json:"failed"`
 	Files  []testFileReport `json:"files"`
+	// Interrupted says that a signal stopped the run: the cases and files
+	// after the one it stopped are missing.
+	Interrupted bool `json:"interrupted"`
 }
 
 type testFileReport struct {
@@ -161,8 +166,12 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			writeTestFile(stdout, fr)
 		}
 		rep.Files = append(rep.Files, fr)
+		if ctx.Err() != nil {
+			rep.Interrupted = true
+			break
+		}
 	}
-	rep.OK = rep.Failed == 0 && broken == 0 && ran > 0
+	rep.OK = rep.Failed == 0 && broken == 0 && ran > 0 && !rep.Interrupted
 	if format == formatJSON {
 		if err := writeJSON(stdout, rep); err != nil {
 			fmt.Fprintf(stderr, "ruled test: %v\n", err)
@@ -179,14 +188,19 @@ func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		switch broken {
 		case 0:
-			fmt.Fprintln(stdout)
 		case 1:
-			fmt.Fprintln(stdout, ", 1 file did not load")
+			fmt.Fprint(stdout, ", 1 file did not load")
 		default:
-			fmt.Fprintf(stdout, ", %d files did not load\n", broken)
+			fmt.Fprintf(stdout, ", %d files did not load", broken)
 		}
+		if rep.Interrupted {
+			fmt.Fprintf(stdout, "; %s, the cases after it did not run", context.Cause(ctx))
+		}
+		fmt.Fprintln(stdout)
 	}
 	switch {
+	case rep.Interrupted:
+		return 2 // main gives the signal's status
 	case stopped > 0:
 		return 2
 	case ran == 0 && broken == 0 && match != nil:
@@ -318,6 +332,9 @@ func runTestFile(ctx context.Context, path string, b testBackend, match *regexp.
 		}
 		cr.Passed = err == nil && o.Passed()
 		fr.Cases = append(fr.Cases, cr)
+		if ctx.Err() != nil {
+			break
+		}
 	}
 	return fr
 }
@@ -377,8 +394,8 @@ func writeTestFile(stdout io.Writer, fr testFileReport) {
 // modelBackend decides on the built-ins' reference models.
 type modelBackend struct{ log *slog.Logger }
 
-func (b modelBackend) load(_ context.Context, path string) (testRules, error) {
-	set, _, err := checkRules(path, b.log, false)
+func (b modelBackend) load(ctx context.Context, path string) (testRules, error) {
+	set, _, err := checkRules(ctx, path, b.log, false)
 	if err != nil {
 		return nil, err
 	}
@@ -392,10 +409,10 @@ type modelRules struct{ s *rules.Set }
 
 func (m modelRules) set() *rules.Set { return m.s }
 
-func (m modelRules) run(_ context.Context, c *ruletest.Case) (ruletest.Outcome, error) {
+func (m modelRules) run(ctx context.Context, c *ruletest.Case) (ruletest.Outcome, error) {
 	sim, err := simulate.New(m.s)
 	if err != nil {
 		return ruletest.Outcome{Case: c}, err
 	}
-	return c.Run(sim), nil
+	return c.Run(ctx, sim), nil
 }

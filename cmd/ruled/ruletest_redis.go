@@ -67,8 +67,8 @@ func (b *redisBackend) close() {
 	b.st.Close()
 }
 
-func (b *redisBackend) load(_ context.Context, path string) (testRules, error) {
-	set, _, err := checkRules(path, b.log, false)
+func (b *redisBackend) load(ctx context.Context, path string) (testRules, error) {
+	set, _, err := checkRules(ctx, path, b.log, false)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (r *redisRules) run(ctx context.Context, c *ruletest.Case) (ruletest.Outcom
 		return ruletest.Outcome{Case: c}, err
 	}
 	clock.e = e
-	return c.Run(clock), nil
+	return c.Run(ctx, clock), nil
 }
 
 // engineClock is a ruletest.FailingChecker over an engine whose scripts

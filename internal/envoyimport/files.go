@@ -28,7 +28,7 @@ func ReadSources(path string) ([]Source, error) {
 	var srcs []Source
 	var errs ErrorList
 	for _, n := range names {
-		b, err := os.ReadFile(n)
+		b, err := yamlnode.ReadFile(n)
 		if err != nil {
 			errs = append(errs, &Error{Pos: Position{File: n}, Code: CodeRead, Message: err.Error()})
 			continue

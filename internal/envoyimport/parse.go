@@ -1,10 +1,7 @@
 package envoyimport
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -104,27 +101,22 @@ func (p *parser) errorf(n *yaml.Node, code, format string, args ...any) {
 // the file has no usable domain; its errors are in the returned list.
 func parseConfig(name string, content []byte) (*domainConfig, ErrorList) {
 	p := &parser{file: name}
-	dec := yaml.NewDecoder(bytes.NewReader(content))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			p.errs = append(p.errs, &Error{Pos: Position{File: name}, Code: CodeMissingField, Message: "the file is empty: want a domain and its descriptors"})
-		} else {
-			p.yamlError(err)
+	doc, err := yamlnode.Decode(content)
+	if err != nil {
+		p.yamlError(err)
+		if doc.Root == nil {
+			return nil, p.errs
 		}
+	}
+	if doc.Root == nil {
+		p.errs = append(p.errs, &Error{Pos: Position{File: name}, Code: CodeMissingField, Message: "the file is empty: want a domain and its descriptors"})
 		return nil, p.errs
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errorf(&extra, CodeYAML, "only one YAML document per file is supported (envoy ratelimit reads the first one only)")
-	} else if !errors.Is(err, io.EOF) {
-		p.yamlError(err)
+	if doc.Extra != nil {
+		p.errorf(doc.Extra, CodeYAML, "only one YAML document per file is supported (envoy ratelimit reads the first one only)")
 	}
 	cfg := &domainConfig{file: name}
-	var root *yaml.Node
-	if len(doc.Content) > 0 {
-		root = yamlnode.Resolve(doc.Content[0])
-	}
+	root := doc.Root
 	if root == nil || yamlnode.IsNull(root) || root.Kind != yaml.MappingNode {
 		p.errorf(root, CodeBadValue, "want a mapping with the keys domain and descriptors")
 		return nil, p.errs
@@ -327,8 +319,8 @@ func (p *parser) replaces(n *yaml.Node, rl *rateLimit) []replaceRef {
 // yamlError turns a YAML syntax error into positioned errors (the YAML
 // parser reports lines but not columns).
 func (p *parser) yamlError(err error) {
-	for _, se := range yamlnode.SyntaxErrors(err) {
-		p.errs = append(p.errs, &Error{Pos: Position{File: p.file, Line: se.Line}, Code: CodeYAML, Message: se.Message})
+	for _, pr := range yamlnode.Problems(err) {
+		p.errs = append(p.errs, &Error{Pos: Position{File: p.file, Line: pr.Line, Column: pr.Column}, Code: CodeYAML, Message: pr.Message})
 	}
 }
 

@@ -6,12 +6,8 @@
 package ruletest
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -35,6 +31,11 @@ func DefaultStart() time.Time { return time.Date(2026, time.January, 5, 0, 0, 0,
 
 // MaxRepeat bounds a step's repeat.
 const MaxRepeat = 1_000_000
+
+// MaxChecks bounds the checks of one file, all its cases and repeats
+// together: a file cannot ask for more work than one step may, however
+// its cases share steps through aliases.
+const MaxChecks = 1_000_000
 
 // File is one test file.
 type File struct {
@@ -109,7 +110,7 @@ var (
 // Parse reads the test file at path. Its errors are a rules.ErrorList,
 // each with the file, line and column of the problem.
 func Parse(path string) (*File, error) {
-	content, err := os.ReadFile(path)
+	content, err := yamlnode.ReadFile(path)
 	if err != nil {
 		return nil, rules.ErrorList{&rules.Error{Pos: rules.Position{File: path}, Code: rules.CodeRead, Message: err.Error()}}
 	}
@@ -122,8 +123,9 @@ func Parse(path string) (*File, error) {
 }
 
 type parser struct {
-	file *File
-	errs rules.ErrorList
+	file   *File
+	errs   rules.ErrorList
+	checks int // the checks of the steps parsed so far
 }
 
 func (p *parser) pos(n *yaml.Node) rules.Position {
@@ -135,27 +137,23 @@ func (p *parser) errorf(n *yaml.Node, code, format string, args ...any) {
 }
 
 func (p *parser) parse(content []byte) {
-	dec := yaml.NewDecoder(bytes.NewReader(content))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			p.errs = append(p.errs, &rules.Error{Pos: rules.Position{File: p.file.Path}, Code: rules.CodeMissingField, Message: "no tests: want a mapping with the key tests"})
+	doc, err := yamlnode.Decode(content)
+	if err != nil {
+		for _, pr := range yamlnode.Problems(err) {
+			p.errs = append(p.errs, &rules.Error{Pos: rules.Position{File: p.file.Path, Line: pr.Line, Column: pr.Column}, Code: rules.CodeYAML, Message: pr.Message})
+		}
+		if doc.Root == nil {
 			return
 		}
-		for _, e := range yamlnode.SyntaxErrors(err) {
-			p.errs = append(p.errs, &rules.Error{Pos: rules.Position{File: p.file.Path, Line: e.Line}, Code: rules.CodeYAML, Message: e.Message})
-		}
+	}
+	if doc.Root == nil {
+		p.errs = append(p.errs, &rules.Error{Pos: rules.Position{File: p.file.Path}, Code: rules.CodeMissingField, Message: "no tests: want a mapping with the key tests"})
 		return
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errorf(&extra, rules.CodeYAML, "only one YAML document per file is supported")
-	} else if !errors.Is(err, io.EOF) {
-		for _, e := range yamlnode.SyntaxErrors(err) {
-			p.errs = append(p.errs, &rules.Error{Pos: rules.Position{File: p.file.Path, Line: e.Line}, Code: rules.CodeYAML, Message: e.Message})
-		}
+	if doc.Extra != nil {
+		p.errorf(doc.Extra, rules.CodeYAML, "only one YAML document per file is supported")
 	}
-	root := yamlnode.Resolve(doc.Content[0])
+	root := doc.Root
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, rules.CodeBadValue, "want a mapping with the keys %s", strings.Join(fileFields, ", "))
 		return
@@ -239,6 +237,12 @@ func (p *parser) parseCase(n *yaml.Node, start time.Time) *Case {
 		}
 		at = s.At
 		c.Steps = append(c.Steps, s)
+		if p.checks <= MaxChecks {
+			if p.checks += s.Repeat; p.checks > MaxChecks {
+				p.errorf(n, rules.CodeBadValue, "case %q, step %d: the file's cases send more than %d checks with it; "+
+					"split the file, or repeat less", c.Name, len(c.Steps), MaxChecks)
+			}
+		}
 	}
 	return c
 }

@@ -1,6 +1,7 @@
 package ruletest_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -98,7 +99,7 @@ func TestRunReportsEachFailureWithItsPosition(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		outs = append(outs, c.Run(sim))
+		outs = append(outs, c.Run(context.Background(), sim))
 	}
 	if o := outs[0]; !o.Passed() || o.Checks != 5 {
 		t.Errorf("case 1: %d checks, failures %v", o.Checks, o.Failures)
@@ -136,7 +137,7 @@ func TestRunReportsOneFailingRepetitionAndUnmatchedRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	sim, _ := simulate.New(set)
-	o := f.Cases[0].Run(sim)
+	o := f.Cases[0].Run(context.Background(), sim)
 	if o.Checks != 5 || len(o.Failures) != 1 {
 		t.Fatalf("%d checks, failures %v", o.Checks, o.Failures)
 	}
@@ -234,7 +235,7 @@ func TestRunStopsWhereTheCheckerFails(t *testing.T) {
 	}
 	set, _ := rules.Load(dir, builtin.NewCatalog())
 	sim, _ := simulate.New(set)
-	o := f.Cases[0].Run(&failAfter{Checker: sim, n: 4})
+	o := f.Cases[0].Run(context.Background(), &failAfter{Checker: sim, n: 4})
 	if o.Passed() || o.Checks != 4 || o.Err == nil || o.Err.Error() != path+":5:9: step 2 (at 1s, check 3 of 10): redis down" {
 		t.Errorf("checks %d, err %v", o.Checks, o.Err)
 	}

@@ -1,6 +1,7 @@
 package ruletest
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -64,10 +65,15 @@ type Outcome struct {
 // held.
 func (o Outcome) Passed() bool { return o.Err == nil && len(o.Failures) == 0 }
 
+// stopEvery is how many checks Run sends between looks at its context.
+const stopEvery = 1024
+
 // Run sends c's steps to ch, which must hold no state yet, and compares
 // what it decides with what the steps expect. A step repeated n times
-// reports the failures of its first failing check only.
-func (c *Case) Run(ch Checker) Outcome {
+// reports the failures of its first failing check only. When ctx ends,
+// Run stops within stopEvery checks, with the context's cause as the
+// outcome's Err.
+func (c *Case) Run(ctx context.Context, ch Checker) Outcome {
 	out := Outcome{Case: c}
 	fc, _ := ch.(FailingChecker)
 	start := c.Start.UnixMicro()
@@ -75,6 +81,10 @@ func (c *Case) Run(ch Checker) Outcome {
 		now := start + s.At.Microseconds()
 		failed := false
 		for rep := 1; rep <= s.Repeat; rep++ {
+			if out.Checks%stopEvery == 0 && ctx.Err() != nil {
+				out.Err = fmt.Errorf("%s: step %d (at %s): %w", s.Pos, i+1, s.At, context.Cause(ctx))
+				return out
+			}
 			req := s.Request // a copy: checkers may keep nothing of it
 			res := ch.Check(now, &req)
 			out.Checks++

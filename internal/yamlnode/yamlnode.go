@@ -7,6 +7,7 @@
 package yamlnode
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,12 +86,12 @@ func MergeSources(v *yaml.Node) []*yaml.Node {
 	return nil
 }
 
-// SyntaxError is one problem of a YAML syntax error: its 1-based line (0
-// when the parser gave none) and its message without the "yaml: line N:"
-// prefix.
-type SyntaxError struct {
-	Line    int
-	Message string
+// Problem is one problem of an error of Decode: its 1-based line (0 when
+// the parser gave none), its column where known (yaml.v3 reports columns
+// for none of its syntax errors), and its message without the position.
+type Problem struct {
+	Line, Column int
+	Message      string
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
@@ -111,17 +112,22 @@ var parserErrors = map[string]string{
 	"found incompatible YAML document":       "",
 }
 
-// SyntaxErrors splits an error of yaml.Unmarshal into its problems with
-// their lines (yaml.v3 reports lines but not columns), made 1-based and
-// explained where the parser reports the enclosing construct's line.
-func SyntaxErrors(err error) []SyntaxError {
-	var out []SyntaxError
+// Problems splits an error of Decode into its problems with their
+// positions: a syntax error's lines made 1-based and explained where the
+// parser reports the enclosing construct's line, an alias budget error at
+// its alias.
+func Problems(err error) []Problem {
+	var budget *AliasBudgetError
+	if errors.As(err, &budget) {
+		return []Problem{{Line: budget.Line, Column: budget.Column, Message: budget.Message()}}
+	}
+	var out []Problem
 	for msg := range strings.SplitSeq(err.Error(), "\n") {
 		msg = strings.TrimSpace(msg)
 		if msg == "" {
 			continue
 		}
-		var e SyntaxError
+		var e Problem
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
 			e.Line, _ = strconv.Atoi(m[1])
 			msg = msg[len(m[0]):]
