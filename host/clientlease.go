@@ -106,6 +106,11 @@ const (
 	LeaseLate     LeaseEvent = "late"     // returned too late, left counted
 )
 
+// LeaseRuleUnloaded is the rule a LeaseObserver is told of for units of a
+// rule that is not loaded (removed by a reload since the lease): metric
+// labels name only loaded rules, so their number is bounded by the rules.
+const LeaseRuleUnloaded = "_unloaded"
+
 // LeaseObserver, when the engine's Observer implements it too, is told of
 // client-leased units, per rule.
 type LeaseObserver interface {
@@ -217,9 +222,14 @@ func (e *Engine) ReturnLease(ctx context.Context, ret *LeaseReturn) (int64, erro
 	}
 	used := ret.Permits - ret.Unused
 	start := time.Now()
+	g := e.gen.Load()
 	if !start.Add(2 * ReturnSlack).Before(ret.Deadline) {
 		for _, h := range ret.Holds {
-			e.observeLease(h.Rule, LeaseLate, h.Taken-min(h.Taken, used))
+			rule := h.Rule
+			if _, ok := g.set.Rule(rule); !ok { // metric labels only of loaded rules
+				rule = LeaseRuleUnloaded
+			}
+			e.observeLease(rule, LeaseLate, h.Taken-min(h.Taken, used))
 		}
 		return 0, ErrLateReturn
 	}
@@ -227,7 +237,6 @@ func (e *Engine) ReturnLease(ctx context.Context, ret *LeaseReturn) (int64, erro
 	if cut := ret.Deadline.Add(-ReturnSlack); cut.Before(b.deadline) {
 		b.deadline = cut
 	}
-	g := e.gen.Load()
 	in := rules.Input{Request: ret.Request, Attrs: ret.Attrs}
 	sels := g.set.AppendMatch(nil, &in)
 	var total int64

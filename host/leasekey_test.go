@@ -126,3 +126,37 @@ func TestLeaseKeyRotation(t *testing.T) {
 		t.Fatal("signed with a 5-byte key")
 	}
 }
+
+// leaseRecorder is an Observer that records client-lease units by rule.
+type leaseRecorder struct {
+	mu    sync.Mutex
+	units map[string]int64 // "rule event"
+}
+
+func (r *leaseRecorder) Decision(string, string, host.Outcome, bool) {}
+func (r *leaseRecorder) Check(time.Duration, bool)                  {}
+func (r *leaseRecorder) Reload(error, int)                          {}
+func (r *leaseRecorder) LeaseUnits(rule string, event host.LeaseEvent, units int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.units[rule+" "+string(event)] += units
+}
+
+// A late return naming a rule that is not loaded is told under
+// host.LeaseRuleUnloaded, never under the name it gave: metric labels name
+// only loaded rules.
+func TestLateReturnOfUnloadedRuleIsNotALabel(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &leaseRecorder{units: map[string]int64{}}
+	e := newEngineOpts(t, srv, clientLeaseRules, capability.Options{Timeout: time.Second},
+		func(o *host.Options) { o.Observer = rec })
+	ret := &host.LeaseReturn{Request: host.Request{IP: "192.0.2.1"}, Permits: 10, Unused: 10, Deadline: time.Now(),
+		Holds: []host.LeaseHold{{Rule: "per-ip", Subject: "192.0.2.1", Taken: 10}, {Rule: "not-loaded-42", Subject: "x", Taken: 7}}}
+	if _, err := e.ReturnLease(context.Background(), ret); !errors.Is(err, host.ErrLateReturn) {
+		t.Fatalf("return: %v, want ErrLateReturn", err)
+	}
+	want := map[string]int64{"per-ip late": 10, host.LeaseRuleUnloaded + " late": 7}
+	if len(rec.units) != len(want) || rec.units["per-ip late"] != 10 || rec.units[host.LeaseRuleUnloaded+" late"] != 7 {
+		t.Fatalf("observed %v, want %v", rec.units, want)
+	}
+}
