@@ -534,7 +534,8 @@ func TestOpenAPIDescribesLiveAnswers(t *testing.T) {
 	v.call(t, liveCall{base: down, method: "POST", path: "/v1/lease", body: leaser, want: http.StatusServiceUnavailable})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", want: http.StatusOK,
 		body: `{"returns": [{"request": {"user": "leaser"}, "attrs": {"tenant": "acme"}, "lease": "` + lease.Lease + `", "unused": 3}]}`})
-	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "!!", "unused": 1}]}`, want: http.StatusBadRequest})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "!!.!!", "unused": 1}]}`, want: http.StatusBadRequest})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "e30.e30", "unused": 1}]}`, want: http.StatusForbidden})
 
 	// Forward-auth, from a trusted (loopback) proxy.
 	authCalls := []liveCall{{method: "GET", path: "/v1/auth"}}
