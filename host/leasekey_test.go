@@ -134,8 +134,8 @@ type leaseRecorder struct {
 }
 
 func (r *leaseRecorder) Decision(string, string, host.Outcome, bool) {}
-func (r *leaseRecorder) Check(time.Duration, bool)                  {}
-func (r *leaseRecorder) Reload(error, int)                          {}
+func (r *leaseRecorder) Check(time.Duration, bool)                   {}
+func (r *leaseRecorder) Reload(error, int)                           {}
 func (r *leaseRecorder) LeaseUnits(rule string, event host.LeaseEvent, units int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
