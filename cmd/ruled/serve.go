@@ -203,6 +203,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	if err := engine.Preload(preloadCtx); err != nil {
 		log.Warn("scripts not preloaded; they load on first use", "err", err)
 	}
+	// The fleet's lease key (docs/operations.md, "Trust model"): created in
+	// Redis by the first instance, read by the others.
+	if err := engine.LoadLeaseKey(preloadCtx); err != nil {
+		log.Warn("lease key not read; it is read on the first client lease", "err", err)
+	}
 	cancel()
 
 	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
