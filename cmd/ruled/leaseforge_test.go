@@ -268,3 +268,47 @@ func TestReturnOfManyHoldsMakesFewRedisCalls(t *testing.T) {
 		t.Fatalf("admitted %d after the lease took the limit, want 0: a return gave units back", n)
 	}
 }
+
+// --client-refunds: admin takes refunds (negative hits, lease returns) only
+// with the admin token; deny (here from RULED_CLIENT_REFUNDS) takes none,
+// token or not; the default, allow, takes them from any client.
+func TestClientRefundsSwitch(t *testing.T) {
+	const token = "s3cret-admin-token"
+	refund := `{"request": {"ip": "192.0.2.9"}, "hits": -1}`
+	batch := `{"checks": [{"request": {"ip": "192.0.2.9"}}, {"request": {"ip": "192.0.2.9"}, "hits": -1}]}`
+	bearer := []string{"Authorization", "Bearer " + token}
+
+	allow := spawnDaemon(t, forgeRules)
+	if code, text := allow.postJSON("/v1/check", refund); code != http.StatusOK {
+		t.Errorf("allow (default): negative hits answered %d %s, want 200", code, text)
+	}
+
+	admin := spawnDaemon(t, forgeRules, "--client-refunds=admin", "--admin-token", token)
+	admin.waitReady(15 * time.Second)
+	_, lease := admin.takeLease("192.0.2.9", 4)
+	for _, tc := range []struct {
+		name, path, body string
+		header           []string
+		code             int
+	}{
+		{"negative hits without the token", "/v1/check", refund, nil, http.StatusForbidden},
+		{"batch with a refund without the token", "/v1/check/batch", batch, nil, http.StatusForbidden},
+		{"lease return without the token", "/v1/lease/return", fmt.Sprintf(`{"returns": [{"request": {"ip": "192.0.2.9"}, "lease": %q, "unused": 4}]}`, lease), nil, http.StatusForbidden},
+		{"negative hits with the token", "/v1/check", refund, bearer, http.StatusOK},
+		{"lease return with the token", "/v1/lease/return", fmt.Sprintf(`{"returns": [{"request": {"ip": "192.0.2.9"}, "lease": %q, "unused": 4}]}`, lease), bearer, http.StatusOK},
+	} {
+		code, text := admin.postJSON(tc.path, tc.body, tc.header...)
+		if code != tc.code || (code == http.StatusForbidden && !strings.Contains(text, "refunds_refused")) {
+			t.Errorf("admin: %s: %d %s, want %d", tc.name, code, text, tc.code)
+		}
+	}
+
+	t.Setenv("RULED_CLIENT_REFUNDS", "deny")
+	deny := spawnDaemon(t, forgeRules, "--admin-token", token)
+	if code, text := deny.postJSON("/v1/check", refund, bearer...); code != http.StatusForbidden || !strings.Contains(text, "refunds_refused") {
+		t.Errorf("deny: negative hits with the token answered %d %s, want 403 refunds_refused", code, text)
+	}
+	if code, text := deny.postJSON("/v1/check", `{"request": {"ip": "192.0.2.9"}}`); code != http.StatusOK {
+		t.Errorf("deny: a plain check answered %d %s, want 200", code, text)
+	}
+}

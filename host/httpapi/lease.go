@@ -198,6 +198,10 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	if e := s.refundRefused(r, "lease return"); e != nil {
+		writeError(w, e)
+		return
+	}
 	if len(body.Returns) > MaxLeaseReturns {
 		writeError(w, newBadRequest("invalid_field", "returns: at most %d per call, got %d", MaxLeaseReturns, len(body.Returns)))
 		return
