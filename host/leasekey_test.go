@@ -150,7 +150,7 @@ func TestLateReturnOfUnloadedRuleIsNotALabel(t *testing.T) {
 	rec := &leaseRecorder{units: map[string]int64{}}
 	e := newEngineOpts(t, srv, clientLeaseRules, capability.Options{Timeout: time.Second},
 		func(o *host.Options) { o.Observer = rec })
-	ret := &host.LeaseReturn{Request: host.Request{IP: "192.0.2.1"}, Permits: 10, Unused: 10, Deadline: time.Now(),
+	ret := &host.LeaseReturn{Request: host.Request{IP: "192.0.2.1"}, Permits: 10, Unused: 10, Deadline: time.Now(), ID: host.NewLeaseID(),
 		Holds: []host.LeaseHold{{Rule: "per-ip", Subject: "192.0.2.1", Taken: 10}, {Rule: "not-loaded-42", Subject: "x", Taken: 7}}}
 	if _, err := e.ReturnLease(context.Background(), ret); !errors.Is(err, host.ErrLateReturn) {
 		t.Fatalf("return: %v, want ErrLateReturn", err)

@@ -82,6 +82,7 @@ func (d *daemon) admitted(ip string, n int) int {
 
 // ticket is a lease string's contents, as the API encodes them.
 type ticket struct {
+	I string `json:"i"`
 	D int64  `json:"d"`
 	P int64  `json:"p"`
 	H []hold `json:"h"`
@@ -170,8 +171,72 @@ func TestLeaseReturnedToAnotherInstance(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(text, `"returned":6`) {
 		t.Fatalf("return to the other instance: %d %s, want 6 returned", code, text)
 	}
+	// Returned again, to the instance that gave it: the fleet credited it
+	// already.
+	code, text = a.returnLease(ip, lease, 10)
+	if code != http.StatusOK || !strings.Contains(text, `"returned":0`) || !strings.Contains(text, "returned before") {
+		t.Errorf("the same lease again, to the first instance: %d %s, want nothing returned", code, text)
+	}
 	if n := b.admitted(ip, 10); n != 6 {
 		t.Fatalf("admitted %d after 6 of 10 leased came back, want 6", n)
+	}
+}
+
+// A lease returned twice is credited once: a client cannot buy quota by
+// replaying a genuine return. The lease takes the whole window's 10 and
+// none is used: its return gives them back, the client uses them with
+// checks, then replays the return. Before (a replay credited again, the
+// window counter refunded to 0): 20 admitted in a window of 10.
+func TestLeaseReturnedTwiceCreditsOnce(t *testing.T) {
+	d := spawnDaemon(t, forgeRules)
+	d.waitReady(15 * time.Second)
+	const ip, limit = "192.0.2.5", 10
+	permits, lease := d.takeLease(ip, limit)
+	if permits != limit {
+		t.Fatalf("lease of %d permits, want %d", permits, limit)
+	}
+	code, first := d.returnLease(ip, lease, permits)
+	if code != http.StatusOK || !strings.Contains(first, `"returned":10`) {
+		t.Fatalf("return: %d %s, want 10 returned", code, first)
+	}
+	before := d.admitted(ip, limit)
+	code, replay := d.returnLease(ip, lease, permits)
+	after := d.admitted(ip, 3*limit)
+	t.Logf("returned %s; %d admitted; replayed %s; %d admitted", strings.TrimSpace(first), before, strings.TrimSpace(replay), after)
+	if before+after > limit {
+		t.Fatalf("admitted %d + %d in one window of limit %d: the replayed return (%d %s) was credited", before, after, limit, code, replay)
+	}
+	if code != http.StatusOK || !strings.Contains(replay, `"returned":0`) || !strings.Contains(replay, "returned before") {
+		t.Fatalf("replayed return: %d %s, want 200, nothing returned, the return listed in errors", code, replay)
+	}
+}
+
+// The documented bounds of a return call, against the binary: a body over
+// 1 MiB is 400 body_too_large, over 1000 returns is 400 invalid_field;
+// neither gives anything back.
+func TestLeaseReturnOverTheLimitsIsRefused(t *testing.T) {
+	d := spawnDaemon(t, forgeRules)
+	d.waitReady(15 * time.Second)
+	const ip = "192.0.2.6"
+	permits, lease := d.takeLease(ip, 10)
+	if permits != 10 {
+		t.Fatalf("lease of %d permits, want 10", permits)
+	}
+	one := fmt.Sprintf(`{"request": {"ip": %q}, "lease": %q, "unused": 10}`, ip, lease)
+	many := strings.Repeat(one+",", 1000) + one
+	for _, tc := range []struct {
+		name, body, code string
+	}{
+		{"a body over 1 MiB", `{"returns": [` + one + `], "pad": "` + strings.Repeat("x", 1<<20) + `"}`, "body_too_large"},
+		{"1001 returns", `{"returns": [` + many + `]}`, "invalid_field"},
+	} {
+		status, text := d.postJSON("/v1/lease/return", tc.body)
+		if status != http.StatusBadRequest || !strings.Contains(text, `"`+tc.code+`"`) {
+			t.Errorf("%s: %d %.300s, want 400 %s", tc.name, status, text, tc.code)
+		}
+	}
+	if n := d.admitted(ip, 10); n != 0 {
+		t.Fatalf("admitted %d after the lease took the limit, want 0: a refused return gave units back", n)
 	}
 }
 
@@ -237,7 +302,7 @@ func TestReturnOfManyHoldsMakesFewRedisCalls(t *testing.T) {
 	if permits, _ := d.takeLease(ip, 10); permits != 10 {
 		t.Fatalf("lease of %d permits, want 10", permits)
 	}
-	tk := ticket{D: time.Now().Add(800 * time.Millisecond).UnixMicro(), P: 10}
+	tk := ticket{I: "many-holds", D: time.Now().Add(800 * time.Millisecond).UnixMicro(), P: 10}
 	for range 14_000 {
 		tk.H = append(tk.H, hold{Rule: "window", Subject: ip, Taken: 1})
 	}

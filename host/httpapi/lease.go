@@ -18,7 +18,9 @@ import (
 // signs and verifies the lease strings with the fleet's lease key.
 type Leaser interface {
 	Lease(ctx context.Context, req *host.LeaseRequest) (host.ClientLease, error)
-	ReturnLease(ctx context.Context, ret *host.LeaseReturn) (int64, error)
+	// ReturnClientLeases gives back the unused units of leases, each lease
+	// at most once (host.ErrLeaseReturned for the other returns of it).
+	ReturnClientLeases(ctx context.Context, rets []*host.LeaseReturn) []host.LeaseReturnResult
 	// SignLease returns the MAC of a lease string's contents.
 	SignLease(ctx context.Context, data []byte) ([]byte, error)
 	// VerifyLease answers host.ErrLeaseForged when mac is not data's MAC.
@@ -54,9 +56,11 @@ type leaseAnswer struct {
 }
 
 // leaseTicket is what a lease's opaque "lease" string holds: the holds to
-// refund and the deadline (this server's clock, Unix microseconds) after
-// which no return is taken.
+// refund, the deadline (this server's clock, Unix microseconds) after
+// which no return is taken, and the lease's id, by which it is credited
+// at most once.
 type leaseTicket struct {
+	ID       string           `json:"i"`
 	Deadline int64            `json:"d"`
 	Permits  int64            `json:"p"`
 	Holds    []host.LeaseHold `json:"h"` // by their field names
@@ -88,8 +92,9 @@ var errBadTicket = errors.New("not a lease this API gave")
 // decodeTicket reads a lease string: its MAC must verify under the fleet's
 // lease key (host.ErrLeaseForged otherwise: a client cannot forge or change
 // one), and it must hold together: permits within 0 to
-// host.MaxClientLease, each hold's units within 1 to the permits, and a
-// deadline no later than a lease taken now would have.
+// host.MaxClientLease, each hold's units within 1 to the permits, a
+// deadline no later than a lease taken now would have, and a lease id
+// when it has holds.
 func decodeTicket(ctx context.Context, l Leaser, s string, now time.Time) (*leaseTicket, error) {
 	body, sig, ok := strings.Cut(s, ".")
 	if !ok {
@@ -121,6 +126,11 @@ func decodeTicket(ctx context.Context, l Leaser, s string, now time.Time) (*leas
 	if latest := now.Add(host.ClientLeaseTTL + ticketClockSlack).UnixMicro(); t.Deadline > latest {
 		return nil, fmt.Errorf("%w: its deadline is %v after now, more than a lease's %v", errBadTicket,
 			time.Duration(t.Deadline-now.UnixMicro())*time.Microsecond, host.ClientLeaseTTL)
+	}
+	// The id by which the lease is credited once; a lease that holds
+	// nothing credits nothing, and the API gives it none.
+	if len(t.Holds) > 0 && !host.ValidLeaseID(t.ID) {
+		return nil, fmt.Errorf("%w: lease id %q", errBadTicket, t.ID)
 	}
 	return &t, nil
 }
@@ -164,7 +174,7 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 			for i := range holds {
 				holds[i].Taken = min(holds[i].Taken, l.Permits)
 			}
-			t := leaseTicket{Deadline: start.Add(l.TTL).UnixMicro(), Permits: l.Permits, Holds: holds}
+			t := leaseTicket{ID: l.ID, Deadline: start.Add(l.TTL).UnixMicro(), Permits: l.Permits, Holds: holds}
 			lease, err := t.encode(r.Context(), s.leaser)
 			if err != nil {
 				// The permits stay counted until their window ends: without
@@ -190,8 +200,12 @@ type leaseReturnBody struct {
 
 // handleLeaseReturn gives back unused leased permits:
 // {"returns": [{"request", "attrs", "lease", "unused"}]} → 200
-// {"returned": UNITS, "late": N}. A return too close to its lease's
-// deadline is refused and counted as late (host.ErrLateReturn).
+// {"returned": UNITS, "late": N, "errors": [...]}. A return too close to
+// its lease's deadline is refused and counted as late (host.ErrLateReturn);
+// one of a lease returned before, here or to another instance, gives
+// nothing back and is listed in errors (host.ErrLeaseReturned). The
+// returns that give units back make one Redis round trip to mark their
+// leases returned, then one call per hold.
 func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 	var body leaseReturnBody
 	if e := decodeJSON(w, r, &body); e != nil {
@@ -231,7 +245,7 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rets[i] = &host.LeaseReturn{Request: b.Request.toHost(), Attrs: b.Attrs, Permits: t.Permits, Unused: b.Unused,
-			Holds: t.Holds, Deadline: time.UnixMicro(t.Deadline)}
+			Holds: t.Holds, ID: t.ID, Deadline: time.UnixMicro(t.Deadline)}
 	}
 	var out struct {
 		Returned int64    `json:"returned"`
@@ -239,17 +253,23 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 		Errors   []string `json:"errors"`
 	}
 	out.Errors = []string{}
+	// A return of nothing unused gives nothing back: it is not made.
+	index := make([]int, 0, len(rets))
+	some := rets[:0:0]
 	for i, ret := range rets {
-		if ret.Unused == 0 {
-			continue
+		if ret.Unused > 0 {
+			index, some = append(index, i), append(some, ret)
 		}
-		n, err := s.leaser.ReturnLease(r.Context(), ret)
-		out.Returned += n
-		switch {
-		case errors.Is(err, host.ErrLateReturn):
-			out.Late++
-		case err != nil:
-			out.Errors = append(out.Errors, fmt.Sprintf("returns[%d]: %v", i, err))
+	}
+	if len(some) > 0 {
+		for k, res := range s.leaser.ReturnClientLeases(r.Context(), some) {
+			out.Returned += res.Returned
+			switch {
+			case errors.Is(res.Err, host.ErrLateReturn):
+				out.Late++
+			case res.Err != nil:
+				out.Errors = append(out.Errors, fmt.Sprintf("returns[%d]: %v", index[k], res.Err))
+			}
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

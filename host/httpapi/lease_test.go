@@ -199,10 +199,11 @@ func forgeLease(t *testing.T, e *host.Engine, deadline time.Time, permits int64,
 		Taken         int64
 	}
 	tk := struct {
+		I string `json:"i"`
 		D int64  `json:"d"`
 		P int64  `json:"p"`
 		H []hold `json:"h"`
-	}{D: deadline.UnixMicro(), P: permits}
+	}{I: host.NewLeaseID(), D: deadline.UnixMicro(), P: permits}
 	for _, n := range taken {
 		tk.H = append(tk.H, hold{Rule: "per-ip", Subject: "192.0.2.15", Taken: n})
 	}
@@ -304,5 +305,27 @@ func TestLeaseReturnHoldsAreBounded(t *testing.T) {
 	}
 	if got := f.remaining(t, "192.0.2.15"); got != 90 {
 		t.Fatalf("remaining %d after the refused return, want 90: nothing given back", got)
+	}
+}
+
+// A lease is credited once: returned again, in the same call or a later
+// one, it gives nothing back and the return is listed in errors.
+func TestLeaseReturnedTwiceCreditsOnce(t *testing.T) {
+	f := newLeaseFixture(t, time.Second)
+	l := f.lease(t, `{"request":{"ip":"192.0.2.16"},"permits":40}`)
+	if l.Permits != 40 {
+		t.Fatalf("lease %+v", l)
+	}
+	one := fmt.Sprintf(`{"request":{"ip":"192.0.2.16"},"lease":%q,"unused":30}`, l.Lease)
+	resp, text := f.do(t, http.MethodPost, "/v1/lease/return", "", `{"returns":[`+one+`,`+one+`]}`, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(text, `"returned":30`) || !strings.Contains(text, `returns[1]: lease return: this lease was returned before`) {
+		t.Fatalf("the lease twice in one call: %d %s, want 30 returned and returns[1] refused", resp.StatusCode, text)
+	}
+	resp, text = f.do(t, http.MethodPost, "/v1/lease/return", "", `{"returns":[`+one+`]}`, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(text, `"returned":0`) || !strings.Contains(text, `returns[0]: lease return: this lease was returned before`) {
+		t.Fatalf("the lease again: %d %s, want nothing returned and returns[0] refused", resp.StatusCode, text)
+	}
+	if got := f.remaining(t, "192.0.2.16"); got != 100-40+30 {
+		t.Fatalf("remaining %d, want %d: the lease's 30 unused came back once", got, 100-40+30)
 	}
 }

@@ -27,7 +27,9 @@ func (f *fixedLeaser) Lease(context.Context, *host.LeaseRequest) (host.ClientLea
 	return f.lease, nil
 }
 
-func (f *fixedLeaser) ReturnLease(context.Context, *host.LeaseReturn) (int64, error) { return 0, nil }
+func (f *fixedLeaser) ReturnClientLeases(_ context.Context, rets []*host.LeaseReturn) []host.LeaseReturnResult {
+	return make([]host.LeaseReturnResult, len(rets))
+}
 
 // testLeaseKey signs the lease strings of the fakes.
 var testLeaseKey = []byte("0123456789abcdef0123456789abcdef")
@@ -53,7 +55,7 @@ func (f *fixedLeaser) VerifyLease(ctx context.Context, data, mac []byte) error {
 // API takes its own lease back and a return refunds at most what went
 // unused.
 func TestLeaseTicketHoldsAtMostThePermits(t *testing.T) {
-	l := &fixedLeaser{lease: host.ClientLease{Leasable: true, Permits: 5, MaxPermits: 10, TTL: time.Second,
+	l := &fixedLeaser{lease: host.ClientLease{ID: host.NewLeaseID(), Leasable: true, Permits: 5, MaxPermits: 10, TTL: time.Second,
 		Results: []host.RuleResult{
 			{Rule: "a", Subject: "s", Plugin: "fixedwindow", Decision: sdk.Decision{Allowed: true, Granted: 8, Limit: 100, Remaining: 92}},
 			{Rule: "b", Subject: "s", Plugin: "fixedwindow", Decision: sdk.Decision{Allowed: true, Granted: 5, Limit: 5, Remaining: 0}},
@@ -87,7 +89,7 @@ func TestLeaseTicketDeadline(t *testing.T) {
 		{host.ClientLeaseTTL + ticketClockSlack, true},
 		{host.ClientLeaseTTL + ticketClockSlack + time.Millisecond, false},
 	} {
-		tk := leaseTicket{Deadline: now.Add(tc.ahead).UnixMicro(), Permits: 3, Holds: []host.LeaseHold{{Rule: "r", Subject: "s", Taken: 3}}}
+		tk := leaseTicket{ID: host.NewLeaseID(), Deadline: now.Add(tc.ahead).UnixMicro(), Permits: 3, Holds: []host.LeaseHold{{Rule: "r", Subject: "s", Taken: 3}}}
 		s, err := tk.encode(ctx, l)
 		if err != nil {
 			t.Fatal(err)
@@ -102,7 +104,7 @@ func TestLeaseTicketDeadline(t *testing.T) {
 // refused as forged: its numbers cannot be raised.
 func TestLeaseTicketChangedIsForged(t *testing.T) {
 	ctx, l := context.Background(), &fixedLeaser{}
-	tk := leaseTicket{Deadline: time.Now().Add(time.Second).UnixMicro(), Permits: 3, Holds: []host.LeaseHold{{Rule: "r", Subject: "s", Taken: 3}}}
+	tk := leaseTicket{ID: host.NewLeaseID(), Deadline: time.Now().Add(time.Second).UnixMicro(), Permits: 3, Holds: []host.LeaseHold{{Rule: "r", Subject: "s", Taken: 3}}}
 	s, err := tk.encode(ctx, l)
 	if err != nil {
 		t.Fatal(err)
