@@ -108,6 +108,9 @@ func TestClientLeaseReturnsSumToAtMostTheLease(t *testing.T) {
 	// The mark expires a little past the lease's deadline, not before it.
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
+	if key := e.LeaseReturnedKey(l.ID); key != "ruled:_lease-returned:"+l.ID {
+		t.Errorf("mark at %q, want ruled:_lease-returned:<id> as docs/http.md says", key)
+	}
 	ttl, err := c.PTTL(ctx, e.LeaseReturnedKey(l.ID)).Result()
 	if err != nil || ttl < host.LeaseReturnedTTL || ttl > l.TTL+host.LeaseReturnedTTL {
 		t.Fatalf("mark %s: TTL %v (%v), want within [%v, %v]", e.LeaseReturnedKey(l.ID), ttl, err, host.LeaseReturnedTTL, l.TTL+host.LeaseReturnedTTL)
