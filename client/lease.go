@@ -63,6 +63,9 @@ const (
 	entryIdle    = 10 * time.Second
 	leaseShards  = 32
 	maxReturnsIn = 1000
+	// maxHoldsIn bounds the holds (one per rule a lease counted) of the
+	// returns in one call, as ruled bounds them (MaxLeaseReturnHolds).
+	maxHoldsIn = 1000
 )
 
 // WithLeases makes Check decide in-process where ruled's rules allow it:
@@ -168,6 +171,7 @@ type batch struct {
 	permits, used int64
 	deadline      time.Time // grant none at or after it
 	ticket        string
+	holds         int // the rules that answered the lease: at least its holds
 	req           *CheckRequest
 }
 
@@ -518,7 +522,7 @@ func (l *leaser) fill(ctx context.Context, e *entry, old *lease, hits int64) (*A
 	ls.results, ls.policy, ls.filled, ls.grants, ls.lastUse = results, ans.policy, sent, 0, sent
 	if ans.Permits > 0 {
 		ls.denyUntil = time.Time{}
-		ls.batches = append(ls.batches, batch{permits: ans.Permits, deadline: sent.Add(time.Duration(ans.TTLMicros) * time.Microsecond), ticket: ans.Lease, req: &e.req})
+		ls.batches = append(ls.batches, batch{permits: ans.Permits, deadline: sent.Add(time.Duration(ans.TTLMicros) * time.Microsecond), ticket: ans.Lease, holds: len(ans.Results), req: &e.req})
 	} else {
 		retry := ms(ans.RetryAfterMS)
 		ls.denyUntil, ls.denyFirm = sent.Add(min(retry, maxDenyFor)), ans.DenyFirm
@@ -639,6 +643,7 @@ type leaseReturn struct {
 	Attrs   map[string]string `json:"attrs,omitempty"`
 	Lease   string            `json:"lease"`
 	Unused  int64             `json:"unused"`
+	holds   int               // not sent: bounds the returns per call
 }
 
 // returnIdle gives back the unused permits of leases idle for IdleReturn
@@ -657,7 +662,7 @@ func (l *leaser) returnIdle(ctx context.Context, all bool) error {
 			left := b.deadline.Sub(now)
 			unused := b.permits - b.used
 			if (all || idle || left < returnBefore) && left > returnCutoff && b.ticket != "" {
-				rets = append(rets, leaseReturn{Request: b.req.Request, Attrs: b.req.Attrs, Lease: b.ticket, Unused: unused})
+				rets = append(rets, leaseReturn{Request: b.req.Request, Attrs: b.req.Attrs, Lease: b.ticket, Unused: unused, holds: b.holds})
 				continue
 			}
 			kept = append(kept, b)
@@ -671,7 +676,7 @@ func (l *leaser) returnIdle(ctx context.Context, all bool) error {
 	l.mu.Unlock()
 	var errs []error
 	for len(rets) > 0 {
-		n := min(len(rets), maxReturnsIn)
+		n := returnChunk(rets)
 		if err := l.giveBack(ctx, rets[:n]); err != nil {
 			errs = append(errs, err)
 			if l.o.OnReturnError != nil {
@@ -681,6 +686,17 @@ func (l *leaser) returnIdle(ctx context.Context, all bool) error {
 		rets = rets[n:]
 	}
 	return errors.Join(errs...)
+}
+
+// returnChunk is how many of rets, from the first, go in one call: at
+// most maxReturnsIn, holding at most maxHoldsIn holds (at least one).
+func returnChunk(rets []leaseReturn) int {
+	n, holds := 0, 0
+	for n < len(rets) && n < maxReturnsIn && (n == 0 || holds+rets[n].holds <= maxHoldsIn) {
+		holds += rets[n].holds
+		n++
+	}
+	return n
 }
 
 // giveBack calls POST /v1/lease/return.

@@ -29,3 +29,24 @@ func TestTakeReportsRunningLow(t *testing.T) {
 		t.Fatalf("take with a fill under way: verdict %v low %v", v, low)
 	}
 }
+
+// Returns go in calls of at most maxReturnsIn returns and maxHoldsIn
+// holds, as ruled takes them.
+func TestReturnChunk(t *testing.T) {
+	rets := make([]leaseReturn, 1500)
+	for i := range rets {
+		rets[i].holds = 1
+	}
+	if n := returnChunk(rets); n != maxReturnsIn {
+		t.Fatalf("1500 single-hold returns: %d in the first call, want %d", n, maxReturnsIn)
+	}
+	for i := range rets {
+		rets[i].holds = 3
+	}
+	if n := returnChunk(rets); n != maxHoldsIn/3 {
+		t.Fatalf("three-hold returns: %d in the first call, want %d", n, maxHoldsIn/3)
+	}
+	if n := returnChunk([]leaseReturn{{holds: 5000}, {holds: 1}}); n != 1 {
+		t.Fatalf("a return of 5000 holds: %d in the first call, want 1 (alone)", n)
+	}
+}

@@ -39,6 +39,10 @@ type LeaseHold struct {
 
 // ClientLease is the answer to a LeaseRequest.
 type ClientLease struct {
+	// ID names the lease, at random (NewLeaseID), when it holds units: a
+	// return names it, and the lease is credited at most once
+	// (ReturnClientLeases).
+	ID string
 	// Leasable is false when some rule matching the request does not allow
 	// leases (no lease: N, or a plugin that cannot lease): the client asks
 	// per request instead. Reason says which rule and why.
@@ -81,6 +85,10 @@ type LeaseReturn struct {
 	Permits int64 // the lease's
 	Unused  int64 // 0 to Permits
 	Holds   []LeaseHold
+	// ID is the lease's ClientLease.ID: of all the returns naming it, on
+	// every instance sharing the Redis, only the first that gives units
+	// back is credited.
+	ID string
 	// Deadline is when the lease ends: its request's start plus its TTL,
 	// on the clock of the instance that gave it.
 	Deadline time.Time
@@ -105,6 +113,11 @@ const (
 	LeaseReturned LeaseEvent = "returned" // given back unused
 	LeaseLate     LeaseEvent = "late"     // returned too late, left counted
 )
+
+// LeaseRuleUnloaded is the rule a LeaseObserver is told of for units of a
+// rule that is not loaded (removed by a reload since the lease): metric
+// labels name only loaded rules, so their number is bounded by the rules.
+const LeaseRuleUnloaded = "_unloaded"
 
 // LeaseObserver, when the engine's Observer implements it too, is told of
 // client-leased units, per rule.
@@ -184,6 +197,9 @@ func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, err
 	if out.Permits == 0 {
 		out.TTL = 0
 	}
+	if len(out.Holds()) > 0 {
+		out.ID = NewLeaseID()
+	}
 	return out, nil
 }
 
@@ -201,33 +217,110 @@ func notLeasable(sel rules.Selection) string {
 	return ""
 }
 
-// ReturnLease gives back the units a client did not use of a lease: each
-// hold counted the first Taken of the lease's permits, so it gets back
+// ReturnLease gives back the units a client did not use of a lease: it is
+// ReturnClientLeases of one return.
+func (e *Engine) ReturnLease(ctx context.Context, ret *LeaseReturn) (int64, error) {
+	r := e.ReturnClientLeases(ctx, []*LeaseReturn{ret})[0]
+	return r.Returned, r.Err
+}
+
+// LeaseReturnResult is what one return of ReturnClientLeases gave back.
+type LeaseReturnResult struct {
+	Returned int64 // units, summed over the rules
+	Err      error // ErrLateReturn, ErrLeaseReturned, or why a refund failed
+}
+
+// ReturnClientLeases gives back the units clients did not use of leases: each
+// hold counted the first Taken of its lease's permits, so it gets back
 // what of those went unused. Holds are refunded only to the rule of the
 // same name that still matches the request with the same subject, leases
-// allowed; others are skipped (their units expire with the window). It
-// returns how many units went back, summed over the rules.
+// allowed; others are skipped (their units expire with the window).
 //
-// A return within 2 × ReturnSlack of ret.Deadline gives nothing back and
+// A lease is credited at most once, fleet-wide: the returns that give
+// units back first mark their leases returned in Redis (one round trip
+// for all of rets; SET NX of LeaseReturnedKey, kept until a little past
+// the lease's deadline), and a return whose lease was marked before, by
+// this call, an earlier one or another instance, gives nothing back and
+// answers ErrLeaseReturned. A lease is marked before it is refunded: when
+// the marking or the refund fails, its units stay counted until their
+// window ends, which only under-admits.
+//
+// A return within 2 × ReturnSlack of its deadline gives nothing back and
 // answers ErrLateReturn; the Redis calls of one taken must be done
 // ReturnSlack before the deadline, or they are not made.
-func (e *Engine) ReturnLease(ctx context.Context, ret *LeaseReturn) (int64, error) {
-	if ret.Permits < 0 || ret.Unused < 0 || ret.Unused > ret.Permits {
-		return 0, fmt.Errorf("lease return: unused must be between 0 and the lease's %d permits, got %d", ret.Permits, ret.Unused)
+func (e *Engine) ReturnClientLeases(ctx context.Context, rets []*LeaseReturn) []LeaseReturnResult {
+	out := make([]LeaseReturnResult, len(rets))
+	g := e.gen.Load()
+	start := time.Now()
+	claims := make([]int, 0, len(rets))
+	for i, ret := range rets {
+		switch {
+		case ret.Permits < 0 || ret.Unused < 0 || ret.Unused > ret.Permits:
+			out[i].Err = fmt.Errorf("lease return: unused must be between 0 and the lease's %d permits, got %d", ret.Permits, ret.Unused)
+		case !ValidLeaseID(ret.ID):
+			out[i].Err = fmt.Errorf("lease return: lease id %q: want %d to %d bytes of base64url", ret.ID, 1, maxLeaseID)
+		case e.lateReturn(g, ret, start):
+			out[i].Err = ErrLateReturn
+		case ret.givesBack():
+			claims = append(claims, i)
+		}
+	}
+	if len(claims) == 0 {
+		return out
+	}
+	first, err := e.markReturned(ctx, start, rets, claims)
+	for k, i := range claims {
+		ret := rets[i]
+		switch {
+		case err != nil:
+			out[i].Err = err
+		case first[k] != nil:
+			out[i].Err = first[k]
+		case e.lateReturn(g, ret, time.Now()): // the marking took the time left
+			out[i].Err = ErrLateReturn
+		default:
+			out[i].Returned, out[i].Err = e.refundLease(ctx, g, ret)
+		}
+	}
+	return out
+}
+
+// givesBack reports whether some hold of ret has unused units to give back.
+func (ret *LeaseReturn) givesBack() bool {
+	used := ret.Permits - ret.Unused
+	for _, h := range ret.Holds {
+		if h.Taken > used {
+			return true
+		}
+	}
+	return false
+}
+
+// lateReturn reports whether ret comes, at now, within 2 × ReturnSlack of
+// its deadline, and then tells the observer of its units as late.
+func (e *Engine) lateReturn(g *generation, ret *LeaseReturn, now time.Time) bool {
+	if now.Add(2 * ReturnSlack).Before(ret.Deadline) {
+		return false
 	}
 	used := ret.Permits - ret.Unused
-	start := time.Now()
-	if !start.Add(2 * ReturnSlack).Before(ret.Deadline) {
-		for _, h := range ret.Holds {
-			e.observeLease(h.Rule, LeaseLate, h.Taken-min(h.Taken, used))
+	for _, h := range ret.Holds {
+		rule := h.Rule
+		if _, ok := g.set.Rule(rule); !ok { // metric labels only of loaded rules
+			rule = LeaseRuleUnloaded
 		}
-		return 0, ErrLateReturn
+		e.observeLease(rule, LeaseLate, h.Taken-min(h.Taken, used))
 	}
-	b := newBudget(ctx, start, e.timeout)
+	return true
+}
+
+// refundLease refunds what ret's holds did not use, its lease marked
+// returned by this call.
+func (e *Engine) refundLease(ctx context.Context, g *generation, ret *LeaseReturn) (int64, error) {
+	used := ret.Permits - ret.Unused
+	b := newBudget(ctx, time.Now(), e.timeout)
 	if cut := ret.Deadline.Add(-ReturnSlack); cut.Before(b.deadline) {
 		b.deadline = cut
 	}
-	g := e.gen.Load()
 	in := rules.Input{Request: ret.Request, Attrs: ret.Attrs}
 	sels := g.set.AppendMatch(nil, &in)
 	var total int64

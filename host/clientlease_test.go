@@ -85,7 +85,7 @@ func TestClientLeaseTakesTheLeastOfEveryRule(t *testing.T) {
 	}
 
 	// Four of the ten used: six go back to each rule.
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 6, Holds: l.Holds(), Deadline: time.Now().Add(time.Second)})
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 6, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 12 {
 		t.Fatalf("returned %d units (%v), want 6 to each of two rules", n, err)
 	}
@@ -122,7 +122,7 @@ func TestClientLeaseShadowRuleCountsOnlyWhatItAllowed(t *testing.T) {
 	}
 	// Two used: the shadow rule counted the first four of the lease, so it
 	// gets two back; per-ip gets the other eighteen.
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 20, Unused: 18, Holds: l.Holds(), Deadline: time.Now().Add(time.Second)})
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 20, Unused: 18, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 18+2 {
 		t.Fatalf("returned %d (%v), want 20", n, err)
 	}
@@ -179,14 +179,14 @@ func TestClientLeaseReturnsThatGiveNothingBack(t *testing.T) {
 	// A hold for another subject (the rules changed what it is) is not
 	// refunded to the subject the rule picks now.
 	holds := []host.LeaseHold{{Rule: "per-ip", Subject: "192.0.2.99", Taken: 30}}
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: holds, Deadline: time.Now().Add(time.Second)})
+	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: holds, ID: l.ID, Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 0 {
 		t.Fatalf("returned %d (%v) to a subject that is not the request's, want 0", n, err)
 	}
-	if _, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 31, Holds: l.Holds(), Deadline: time.Now().Add(time.Second)}); err == nil {
+	if _, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 31, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)}); err == nil {
 		t.Fatal("returning more than the lease had was accepted")
 	}
-	late := &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: l.Holds(), Deadline: time.Now().Add(2*host.ReturnSlack - time.Millisecond)}
+	late := &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(2*host.ReturnSlack - time.Millisecond)}
 	if n, err := e.ReturnLease(ctx, late); !errors.Is(err, host.ErrLateReturn) || n != 0 {
 		t.Fatalf("return %v before the deadline: %d, %v; want ErrLateReturn", 2*host.ReturnSlack, n, err)
 	}

@@ -275,6 +275,7 @@ type Engine struct {
 	clusterSize atomic.Int64 // live ruled instances, as last seen in Redis
 	degradedLog logGate      // rate-limits "decision degraded" warnings per rule
 	leases      *leases
+	leaseKey    leaseKey         // the fleet's lease key, cached
 	timeout     time.Duration    // DecisionTimeout
 	now         func() time.Time // Options.Now
 	noShortcuts bool             // Options.NoShortcuts

@@ -20,9 +20,9 @@ const grpcStopTimeout = 10 * time.Second
 // startGRPC serves Envoy's rate limit service on addr, over TLS with
 // tlsConf when it is not nil. It returns a stop function (graceful, bounded
 // by grpcStopTimeout) and a channel that receives the error that ends
-// serving. With an empty addr nothing starts: stop does nothing and the
+// serving; refuseRefunds refuses negative hits. With an empty addr nothing starts: stop does nothing and the
 // channel never receives.
-func startGRPC(addr string, tlsConf *tls.Config, c grpcapi.Checker, log *slog.Logger) (stop func(), served <-chan error, err error) {
+func startGRPC(addr string, tlsConf *tls.Config, c grpcapi.Checker, refuseRefunds bool, log *slog.Logger) (stop func(), served <-chan error, err error) {
 	if addr == "" {
 		return func() {}, nil, nil
 	}
@@ -34,7 +34,7 @@ func startGRPC(addr string, tlsConf *tls.Config, c grpcapi.Checker, log *slog.Lo
 	if tlsConf != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
-	srv := grpcapi.NewServer(c, log, opts...)
+	srv := grpcapi.NewServerWith(c, log, grpcapi.ServiceOptions{RefuseRefunds: refuseRefunds}, opts...)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	log.Info("ruled serving gRPC (Envoy rate limit service)", "listen", ln.Addr().String(), "tls", tlsConf != nil)

@@ -49,8 +49,10 @@ type serveConfig struct {
 	tlsCert      string
 	tlsKey       string
 	tlsClientCA  string
+	refundsFlag  string
 
 	trustedProxies []netip.Prefix
+	refunds        httpapi.Refunds
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -76,6 +78,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM certificate chain: serve --listen and --grpc-listen over TLS (needs --tls-key; reread on SIGHUP)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key of --tls-cert (reread on SIGHUP)")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates that chain to it on both listeners (needs --tls-cert; reread on SIGHUP)")
+	fs.StringVar(&c.refundsFlag, "client-refunds", "allow", "which clients may give quota back (negative hits, lease returns): allow (any), admin (HTTP requests with the --admin-token; none over gRPC) or deny (none); docs/operations.md, Trust model")
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
 	}
@@ -103,6 +106,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c.trustedProxies = trusted
+	if c.refunds, err = httpapi.ParseRefunds(c.refundsFlag); err != nil {
+		fmt.Fprintf(stderr, "ruled serve: --client-refunds: %v\n", err)
+		return 2
+	}
+	if c.refunds == httpapi.RefundsAdmin && c.adminToken == "" {
+		fmt.Fprintln(stderr, "ruled serve: --client-refunds=admin needs --admin-token")
+		return 2
+	}
 	redis.SetLogger(redisLogger{log})
 	if err := runServer(ctx, c, log, stderr); err != nil {
 		log.Error("ruled stopped", "err", err)
@@ -203,6 +214,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	if err := engine.Preload(preloadCtx); err != nil {
 		log.Warn("scripts not preloaded; they load on first use", "err", err)
 	}
+	// The fleet's lease key (docs/operations.md, "Trust model"): created in
+	// Redis by the first instance, read by the others.
+	if err := engine.LoadLeaseKey(preloadCtx); err != nil {
+		log.Warn("lease key not read; it is read on the first client lease", "err", err)
+	}
 	cancel()
 
 	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
@@ -233,6 +249,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		Admin:          adminAPI{engine},
 		AdminToken:     c.adminToken,
 		TrustedProxies: c.trustedProxies,
+		Refunds:        c.refunds,
 		Metrics:        m.Handler(),
 		UI:             ui.Handler(),
 		Stats:          m.StatusFunc(st.Describe(), ready),
@@ -262,7 +279,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}()
 	log.Info("ruled serving", "listen", ln.Addr().String(), "tls", certs != nil, "version", version)
 	logStatusPage(log, scheme(certs), ln.Addr(), c.adminToken != "")
-	stopGRPC, grpcServed, err := startGRPC(c.grpcListen, grpcTLS, engine, log)
+	stopGRPC, grpcServed, err := startGRPC(c.grpcListen, grpcTLS, engine, c.refunds != httpapi.RefundsAllow, log)
 	if err != nil {
 		_ = srv.Close()
 		return err

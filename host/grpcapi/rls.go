@@ -111,8 +111,23 @@ type Checker interface {
 // standard health service (reporting SERVING) registered. opts are passed
 // to grpc.NewServer.
 func NewServer(c Checker, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
+	return NewServerWith(c, log, ServiceOptions{}, opts...)
+}
+
+// ServiceOptions tune the rate limit service.
+type ServiceOptions struct {
+	// RefuseRefunds refuses descriptors with is_negative_hits
+	// (PermissionDenied): gRPC has no admin token, so serve
+	// --client-refunds=admin or deny sets it.
+	RefuseRefunds bool
+}
+
+// NewServerWith is NewServer with the service's options o.
+func NewServerWith(c Checker, log *slog.Logger, o ServiceOptions, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(opts...)
-	Register(s, c, log)
+	svc := NewRateLimitService(c, log)
+	svc.refuseRefunds = o.RefuseRefunds
+	rlsv3.RegisterRateLimitServiceServer(s, svc)
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	return s
 }
@@ -125,8 +140,9 @@ func Register(s grpc.ServiceRegistrar, c Checker, log *slog.Logger) {
 // RateLimitService implements Envoy's RateLimitService on a Checker.
 type RateLimitService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	check Checker
-	log   *slog.Logger
+	check         Checker
+	log           *slog.Logger
+	refuseRefunds bool
 }
 
 // NewRateLimitService returns the service, for callers that register it
@@ -144,6 +160,11 @@ func (s *RateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	if err != nil {
 		s.log.Debug("invalid rate limit request", "domain", req.GetDomain(), "err", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	for i, r := range reqs {
+		if r.Hits < 0 && s.refuseRefunds {
+			return nil, status.Errorf(codes.PermissionDenied, "descriptors[%d]: refunds (is_negative_hits) are refused (--client-refunds)", i)
+		}
 	}
 	results := s.check.CheckEach(ctx, reqs)
 	resp := &rlsv3.RateLimitResponse{

@@ -395,3 +395,37 @@ func TestBadInputIsInvalidArgument(t *testing.T) {
 		t.Fatalf("hits asked %v, want %v", c.hits, want)
 	}
 }
+
+// With RefuseRefunds (serve --client-refunds=admin or deny) a descriptor
+// with is_negative_hits is refused with PermissionDenied and gives nothing
+// back; plain descriptors are still decided.
+func TestRefusedRefunds(t *testing.T) {
+	f := newFixture(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpcapi.NewServerWith(f.engine, nil, grpcapi.ServiceOptions{RefuseRefunds: true})
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.GracefulStop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	user := func(name string) *rlcommonv3.RateLimitDescriptor { return descriptor("user", name) }
+	ctx := context.Background()
+	if _, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommonv3.RateLimitDescriptor{user("ivy")}}); err != nil {
+		t.Fatalf("a plain descriptor: %v", err)
+	}
+	d := user("ivy")
+	d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(1), true
+	_, err = rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommonv3.RateLimitDescriptor{d}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("is_negative_hits: %v, want PermissionDenied", err)
+	}
+	if u, _ := f.remaining(t, "ivy", ""); u != 2 {
+		t.Fatalf("remaining %d after one hit and a refused refund, want 2", u)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -13,14 +14,26 @@ import (
 	"github.com/ruled-dev/ruled/host"
 )
 
-// Leaser takes and returns client leases (an *host.Engine is one).
+// Leaser takes and returns client leases (an *host.Engine is one), and
+// signs and verifies the lease strings with the fleet's lease key.
 type Leaser interface {
 	Lease(ctx context.Context, req *host.LeaseRequest) (host.ClientLease, error)
-	ReturnLease(ctx context.Context, ret *host.LeaseReturn) (int64, error)
+	// ReturnClientLeases gives back the unused units of leases, each lease
+	// at most once (host.ErrLeaseReturned for the other returns of it).
+	ReturnClientLeases(ctx context.Context, rets []*host.LeaseReturn) []host.LeaseReturnResult
+	// SignLease returns the MAC of a lease string's contents.
+	SignLease(ctx context.Context, data []byte) ([]byte, error)
+	// VerifyLease answers host.ErrLeaseForged when mac is not data's MAC.
+	VerifyLease(ctx context.Context, data, mac []byte) error
 }
 
 // MaxLeaseReturns bounds the returns in one /v1/lease/return call.
 const MaxLeaseReturns = 1000
+
+// MaxLeaseReturnHolds bounds the holds of all the returns in one
+// /v1/lease/return call, as MaxBatch bounds a batch's checks: each hold
+// returned is one Redis call, so one call makes a bounded number.
+const MaxLeaseReturnHolds = MaxBatch
 
 // leaseBody is the JSON body of POST /v1/lease.
 type leaseBody struct {
@@ -43,20 +56,28 @@ type leaseAnswer struct {
 }
 
 // leaseTicket is what a lease's opaque "lease" string holds: the holds to
-// refund and the deadline (this server's clock, Unix microseconds) after
-// which no return is taken.
+// refund, the deadline (this server's clock, Unix microseconds) after
+// which no return is taken, and the lease's id, by which it is credited
+// at most once.
 type leaseTicket struct {
+	ID       string           `json:"i"`
 	Deadline int64            `json:"d"`
 	Permits  int64            `json:"p"`
 	Holds    []host.LeaseHold `json:"h"` // by their field names
 }
 
-func (t *leaseTicket) encode() string {
+// encode is the lease string of t: its JSON and the JSON's MAC under the
+// fleet's lease key, each in unpadded base64url, joined by a dot.
+func (t *leaseTicket) encode(ctx context.Context, l Leaser) (string, error) {
 	data, err := json.Marshal(t)
 	if err != nil { // strings and integers always marshal
 		panic(err)
 	}
-	return base64.RawURLEncoding.EncodeToString(data)
+	mac, err := l.SignLease(ctx, data)
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(data) + "." + base64.RawURLEncoding.EncodeToString(mac), nil
 }
 
 // ticketClockSlack is how far past now + host.ClientLeaseTTL a lease's
@@ -64,32 +85,52 @@ func (t *leaseTicket) encode() string {
 // instance's clock, between the lease and its return.
 const ticketClockSlack = 100 * time.Millisecond
 
-// decodeTicket reads a lease string and checks that it holds together:
-// permits within 0 to host.MaxClientLease, each hold's units within 1 to
-// the permits, and a deadline no later than a lease taken now would have.
-// The string is not signed: a client can still forge one that passes, and
-// is trusted not to (a forged return refunds at most its holds' units, to
-// rules that still match its request).
-func decodeTicket(s string, now time.Time) (*leaseTicket, error) {
-	data, err := base64.RawURLEncoding.DecodeString(s)
+// errBadTicket is the error of a lease string that is not one, or one
+// whose contents do not hold together.
+var errBadTicket = errors.New("not a lease this API gave")
+
+// decodeTicket reads a lease string: its MAC must verify under the fleet's
+// lease key (host.ErrLeaseForged otherwise: a client cannot forge or change
+// one), and it must hold together: permits within 0 to
+// host.MaxClientLease, each hold's units within 1 to the permits, a
+// deadline no later than a lease taken now would have, and a lease id
+// when it has holds.
+func decodeTicket(ctx context.Context, l Leaser, s string, now time.Time) (*leaseTicket, error) {
+	body, sig, ok := strings.Cut(s, ".")
+	if !ok {
+		return nil, host.ErrLeaseForged
+	}
+	data, err := base64.RawURLEncoding.DecodeString(body)
 	if err != nil {
-		return nil, fmt.Errorf("not a lease this API gave: %w", err)
+		return nil, fmt.Errorf("%w: %w", errBadTicket, err)
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: signature: %w", errBadTicket, err)
+	}
+	if err := l.VerifyLease(ctx, data, mac); err != nil {
+		return nil, err
 	}
 	var t leaseTicket
 	if err := json.Unmarshal(data, &t, json.RejectUnknownMembers(true)); err != nil {
-		return nil, fmt.Errorf("not a lease this API gave: %w", err)
+		return nil, fmt.Errorf("%w: %w", errBadTicket, err)
 	}
 	if t.Permits < 0 || t.Permits > host.MaxClientLease {
-		return nil, fmt.Errorf("not a lease this API gave: permits %d", t.Permits)
+		return nil, fmt.Errorf("%w: permits %d", errBadTicket, t.Permits)
 	}
 	for i, h := range t.Holds {
 		if h.Taken < 1 || h.Taken > t.Permits {
-			return nil, fmt.Errorf("not a lease this API gave: hold %d took %d units of a lease of %d permits", i, h.Taken, t.Permits)
+			return nil, fmt.Errorf("%w: hold %d took %d units of a lease of %d permits", errBadTicket, i, h.Taken, t.Permits)
 		}
 	}
 	if latest := now.Add(host.ClientLeaseTTL + ticketClockSlack).UnixMicro(); t.Deadline > latest {
-		return nil, fmt.Errorf("not a lease this API gave: its deadline is %v after now, more than a lease's %v",
+		return nil, fmt.Errorf("%w: its deadline is %v after now, more than a lease's %v", errBadTicket,
 			time.Duration(t.Deadline-now.UnixMicro())*time.Microsecond, host.ClientLeaseTTL)
+	}
+	// The id by which the lease is credited once; a lease that holds
+	// nothing credits nothing, and the API gives it none.
+	if len(t.Holds) > 0 && !host.ValidLeaseID(t.ID) {
+		return nil, fmt.Errorf("%w: lease id %q", errBadTicket, t.ID)
 	}
 	return &t, nil
 }
@@ -133,8 +174,15 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 			for i := range holds {
 				holds[i].Taken = min(holds[i].Taken, l.Permits)
 			}
-			t := leaseTicket{Deadline: start.Add(l.TTL).UnixMicro(), Permits: l.Permits, Holds: holds}
-			a.Lease = t.encode()
+			t := leaseTicket{ID: l.ID, Deadline: start.Add(l.TTL).UnixMicro(), Permits: l.Permits, Holds: holds}
+			lease, err := t.encode(r.Context(), s.leaser)
+			if err != nil {
+				// The permits stay counted until their window ends: without
+				// a lease string the client cannot return them.
+				writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "lease_failed", Message: err.Error()})
+				return
+			}
+			a.Lease = lease
 		}
 	}
 	writeJSON(w, http.StatusOK, a)
@@ -152,11 +200,19 @@ type leaseReturnBody struct {
 
 // handleLeaseReturn gives back unused leased permits:
 // {"returns": [{"request", "attrs", "lease", "unused"}]} → 200
-// {"returned": UNITS, "late": N}. A return too close to its lease's
-// deadline is refused and counted as late (host.ErrLateReturn).
+// {"returned": UNITS, "late": N, "errors": [...]}. A return too close to
+// its lease's deadline is refused and counted as late (host.ErrLateReturn);
+// one of a lease returned before, here or to another instance, gives
+// nothing back and is listed in errors (host.ErrLeaseReturned). The
+// returns that give units back make one Redis round trip to mark their
+// leases returned, then one call per hold.
 func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 	var body leaseReturnBody
 	if e := decodeJSON(w, r, &body); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := s.refundRefused(r, "lease return"); e != nil {
 		writeError(w, e)
 		return
 	}
@@ -166,10 +222,22 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 	}
 	rets := make([]*host.LeaseReturn, len(body.Returns))
 	now := time.Now()
+	holds := 0
 	for i, b := range body.Returns {
-		t, err := decodeTicket(b.Lease, now)
-		if err != nil {
+		t, err := decodeTicket(r.Context(), s.leaser, b.Lease, now)
+		switch {
+		case errors.Is(err, host.ErrLeaseForged):
+			writeError(w, &Error{Status: http.StatusForbidden, Code: "lease_forged", Message: fmt.Sprintf("returns[%d].lease: %v", i, err)})
+			return
+		case errors.Is(err, errBadTicket):
 			writeError(w, newBadRequest("invalid_field", "returns[%d].lease: %v", i, err))
+			return
+		case err != nil: // the key could not be read
+			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "lease_return_failed", Message: fmt.Sprintf("returns[%d].lease: %v", i, err)})
+			return
+		}
+		if holds += len(t.Holds); holds > MaxLeaseReturnHolds {
+			writeError(w, newBadRequest("too_many_holds", "returns: at most %d holds per call (one per rule a lease counted), got more by returns[%d]; return fewer leases per call", MaxLeaseReturnHolds, i))
 			return
 		}
 		if b.Unused < 0 || b.Unused > t.Permits {
@@ -177,7 +245,7 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rets[i] = &host.LeaseReturn{Request: b.Request.toHost(), Attrs: b.Attrs, Permits: t.Permits, Unused: b.Unused,
-			Holds: t.Holds, Deadline: time.UnixMicro(t.Deadline)}
+			Holds: t.Holds, ID: t.ID, Deadline: time.UnixMicro(t.Deadline)}
 	}
 	var out struct {
 		Returned int64    `json:"returned"`
@@ -185,17 +253,23 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 		Errors   []string `json:"errors"`
 	}
 	out.Errors = []string{}
+	// A return of nothing unused gives nothing back: it is not made.
+	index := make([]int, 0, len(rets))
+	some := rets[:0:0]
 	for i, ret := range rets {
-		if ret.Unused == 0 {
-			continue
+		if ret.Unused > 0 {
+			index, some = append(index, i), append(some, ret)
 		}
-		n, err := s.leaser.ReturnLease(r.Context(), ret)
-		out.Returned += n
-		switch {
-		case errors.Is(err, host.ErrLateReturn):
-			out.Late++
-		case err != nil:
-			out.Errors = append(out.Errors, fmt.Sprintf("returns[%d]: %v", i, err))
+	}
+	if len(some) > 0 {
+		for k, res := range s.leaser.ReturnClientLeases(r.Context(), some) {
+			out.Returned += res.Returned
+			switch {
+			case errors.Is(res.Err, host.ErrLateReturn):
+				out.Late++
+			case res.Err != nil:
+				out.Errors = append(out.Errors, fmt.Sprintf("returns[%d]: %v", index[k], res.Err))
+			}
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/httpapi"
 	"github.com/ruled-dev/ruled/internal/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
@@ -113,8 +115,8 @@ func TestLeaseBadInputIs400(t *testing.T) {
 		{"/v1/lease", `{"request":{"ip":"192.0.2.12"}}`, "permits: must be between 1 and"},
 		{"/v1/lease", `{"request":{"ip":"192.0.2.12"},"permits":2000000}`, "permits: must be between 1 and"},
 		{"/v1/lease", `{"request":{"ip":"192.0.2.12"},"permits":"5"}`, "permits"},
-		{"/v1/lease/return", `{"returns":[{"request":{},"lease":"!!","unused":1}]}`, "returns[0].lease: not a lease this API gave"},
-		{"/v1/lease/return", `{"returns":[{"request":{},"lease":"e30","unused":1}]}`, "returns[0].unused: must be between 0 and the lease's 0 permits"},
+		{"/v1/lease/return", `{"returns":[{"request":{},"lease":"!!.!!","unused":1}]}`, "returns[0].lease: not a lease this API gave"},
+		{"/v1/lease/return", fmt.Sprintf(`{"returns":[{"request":{},"lease":%q,"unused":1}]}`, signLease(t, f.engine, "{}")), "returns[0].unused: must be between 0 and the lease's 0 permits"},
 	} {
 		resp, text := f.do(t, http.MethodPost, tc.path, "", tc.body, nil)
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(text, tc.want) {
@@ -178,18 +180,30 @@ func TestLeaseAnswerHeaders(t *testing.T) {
 	}
 }
 
-// forgeLease writes a lease string as this API encodes them.
-func forgeLease(t *testing.T, deadline time.Time, permits int64, taken ...int64) string {
+// signLease is a lease string of data signed with e's lease key.
+func signLease(t *testing.T, e *host.Engine, data string) string {
+	t.Helper()
+	mac, err := e.SignLease(context.Background(), []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(data)) + "." + base64.RawURLEncoding.EncodeToString(mac)
+}
+
+// forgeLease writes a lease string as this API encodes them, signed with
+// e's lease key, or unsigned when e is nil.
+func forgeLease(t *testing.T, e *host.Engine, deadline time.Time, permits int64, taken ...int64) string {
 	t.Helper()
 	type hold struct {
 		Rule, Subject string
 		Taken         int64
 	}
 	tk := struct {
+		I string `json:"i"`
 		D int64  `json:"d"`
 		P int64  `json:"p"`
 		H []hold `json:"h"`
-	}{D: deadline.UnixMicro(), P: permits}
+	}{I: host.NewLeaseID(), D: deadline.UnixMicro(), P: permits}
 	for _, n := range taken {
 		tk.H = append(tk.H, hold{Rule: "per-ip", Subject: "192.0.2.15", Taken: n})
 	}
@@ -197,23 +211,59 @@ func forgeLease(t *testing.T, deadline time.Time, permits int64, taken ...int64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return base64.RawURLEncoding.EncodeToString(b)
+	if e == nil {
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	return signLease(t, e, string(b))
 }
 
-// A lease string that does not hold together is refused with 400 and
-// gives nothing back: holds beyond the lease's permits, or a deadline no
-// lease taken now could have.
+// A lease string not signed with the fleet's key, or changed since, is
+// refused with 403 lease_forged and gives nothing back.
 func TestForgedLeaseIsRefused(t *testing.T) {
+	f := newLeaseFixture(t, time.Second)
+	l := f.lease(t, `{"request":{"ip":"192.0.2.15"},"permits":10}`)
+	if l.Permits != 10 {
+		t.Fatalf("lease %+v", l)
+	}
+	body, mac, _ := strings.Cut(l.Lease, ".")
+	data, err := base64.RawURLEncoding.DecodeString(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raised := base64.RawURLEncoding.EncodeToString([]byte(strings.ReplaceAll(string(data), ":10", ":40")))
+	soon := time.Now().Add(500 * time.Millisecond)
+	for _, tc := range []struct{ name, lease string }{
+		{"numbers raised", raised + "." + mac},
+		{"unsigned", forgeLease(t, nil, soon, 10, 10)},
+		{"another key", forgeLease(t, f.otherEngine(t), soon, 10, 10)},
+	} {
+		ret := fmt.Sprintf(`{"returns":[{"request":{"ip":"192.0.2.15"},"lease":%q,"unused":10}]}`, tc.lease)
+		resp, text := f.do(t, http.MethodPost, "/v1/lease/return", "", ret, nil)
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(text, `"lease_forged"`) || !strings.Contains(text, "not a lease this fleet gave") {
+			t.Errorf("%s: %d %s, want 403 lease_forged", tc.name, resp.StatusCode, text)
+		}
+	}
+	if got := f.remaining(t, "192.0.2.15"); got != 90 {
+		t.Fatalf("remaining %d after the forged returns, want 90: nothing given back", got)
+	}
+}
+
+// A signed lease string that does not hold together is refused with 400
+// and gives nothing back: holds beyond the lease's permits, or a deadline
+// no lease taken now could have (defence in depth: the API never signs
+// one).
+func TestInconsistentLeaseIsRefused(t *testing.T) {
 	f := newLeaseFixture(t, time.Second)
 	if l := f.lease(t, `{"request":{"ip":"192.0.2.15"},"permits":10}`); l.Permits != 10 {
 		t.Fatalf("lease %+v", l)
 	}
+	e := f.engine
 	soon := time.Now().Add(500 * time.Millisecond)
 	for _, tc := range []struct{ name, lease, want string }{
-		{"hold over the permits", forgeLease(t, soon, 10, 10, 90), "hold 1 took 90 units of a lease of 10 permits"},
-		{"empty hold", forgeLease(t, soon, 10, 0), "hold 0 took 0 units"},
-		{"negative hold", forgeLease(t, soon, 10, -5), "hold 0 took -5 units"},
-		{"deadline an hour on", forgeLease(t, time.Now().Add(time.Hour), 10, 10), "its deadline is"},
+		{"hold over the permits", forgeLease(t, e, soon, 10, 10, 90), "hold 1 took 90 units of a lease of 10 permits"},
+		{"empty hold", forgeLease(t, e, soon, 10, 0), "hold 0 took 0 units"},
+		{"negative hold", forgeLease(t, e, soon, 10, -5), "hold 0 took -5 units"},
+		{"deadline an hour on", forgeLease(t, e, time.Now().Add(time.Hour), 10, 10), "its deadline is"},
 	} {
 		ret := fmt.Sprintf(`{"returns":[{"request":{"ip":"192.0.2.15"},"lease":%q,"unused":10}]}`, tc.lease)
 		resp, text := f.do(t, http.MethodPost, "/v1/lease/return", "", ret, nil)
@@ -223,5 +273,59 @@ func TestForgedLeaseIsRefused(t *testing.T) {
 	}
 	if got := f.remaining(t, "192.0.2.15"); got != 90 {
 		t.Fatalf("remaining %d after the forged returns, want 90: nothing given back", got)
+	}
+}
+
+// otherEngine is an engine of another fleet (its own Redis, so its own
+// lease key).
+func (f *fixture) otherEngine(t *testing.T) *host.Engine {
+	t.Helper()
+	e, _ := newTestEngine(t, redistest.Start(t), time.Second, leaseRules, builtin.All())
+	return e
+}
+
+// A return call holding more than MaxLeaseReturnHolds holds in all is
+// refused with 400 too_many_holds before any Redis call: one call makes a
+// bounded number of refunds.
+func TestLeaseReturnHoldsAreBounded(t *testing.T) {
+	f := newLeaseFixture(t, time.Second)
+	if l := f.lease(t, `{"request":{"ip":"192.0.2.15"},"permits":10}`); l.Permits != 10 {
+		t.Fatalf("lease %+v", l)
+	}
+	soon := time.Now().Add(500 * time.Millisecond)
+	taken := make([]int64, httpapi.MaxLeaseReturnHolds/2+1)
+	for i := range taken {
+		taken[i] = 1
+	}
+	half := forgeLease(t, f.engine, soon, 10, taken...)
+	ret := fmt.Sprintf(`{"returns":[{"request":{"ip":"192.0.2.15"},"lease":%q,"unused":10},{"request":{"ip":"192.0.2.15"},"lease":%q,"unused":10}]}`, half, half)
+	resp, text := f.do(t, http.MethodPost, "/v1/lease/return", "", ret, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(text, `"too_many_holds"`) || !strings.Contains(text, "returns[1]") {
+		t.Fatalf("%d holds in one call: %d %s, want 400 too_many_holds naming returns[1]", 2*len(taken), resp.StatusCode, text)
+	}
+	if got := f.remaining(t, "192.0.2.15"); got != 90 {
+		t.Fatalf("remaining %d after the refused return, want 90: nothing given back", got)
+	}
+}
+
+// A lease is credited once: returned again, in the same call or a later
+// one, it gives nothing back and the return is listed in errors.
+func TestLeaseReturnedTwiceCreditsOnce(t *testing.T) {
+	f := newLeaseFixture(t, time.Second)
+	l := f.lease(t, `{"request":{"ip":"192.0.2.16"},"permits":40}`)
+	if l.Permits != 40 {
+		t.Fatalf("lease %+v", l)
+	}
+	one := fmt.Sprintf(`{"request":{"ip":"192.0.2.16"},"lease":%q,"unused":30}`, l.Lease)
+	resp, text := f.do(t, http.MethodPost, "/v1/lease/return", "", `{"returns":[`+one+`,`+one+`]}`, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(text, `"returned":30`) || !strings.Contains(text, `returns[1]: lease return: this lease was returned before`) {
+		t.Fatalf("the lease twice in one call: %d %s, want 30 returned and returns[1] refused", resp.StatusCode, text)
+	}
+	resp, text = f.do(t, http.MethodPost, "/v1/lease/return", "", `{"returns":[`+one+`]}`, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(text, `"returned":0`) || !strings.Contains(text, `returns[0]: lease return: this lease was returned before`) {
+		t.Fatalf("the lease again: %d %s, want nothing returned and returns[0] refused", resp.StatusCode, text)
+	}
+	if got := f.remaining(t, "192.0.2.16"); got != 100-40+30 {
+		t.Fatalf("remaining %d, want %d: the lease's 30 unused came back once", got, 100-40+30)
 	}
 }

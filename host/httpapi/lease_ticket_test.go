@@ -2,7 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,14 +27,35 @@ func (f *fixedLeaser) Lease(context.Context, *host.LeaseRequest) (host.ClientLea
 	return f.lease, nil
 }
 
-func (f *fixedLeaser) ReturnLease(context.Context, *host.LeaseReturn) (int64, error) { return 0, nil }
+func (f *fixedLeaser) ReturnClientLeases(_ context.Context, rets []*host.LeaseReturn) []host.LeaseReturnResult {
+	return make([]host.LeaseReturnResult, len(rets))
+}
+
+// testLeaseKey signs the lease strings of the fakes.
+var testLeaseKey = []byte("0123456789abcdef0123456789abcdef")
+
+// SignLease signs with testLeaseKey.
+func (f *fixedLeaser) SignLease(_ context.Context, data []byte) ([]byte, error) {
+	m := hmac.New(sha256.New, testLeaseKey)
+	m.Write(data)
+	return m.Sum(nil), nil
+}
+
+// VerifyLease verifies with testLeaseKey.
+func (f *fixedLeaser) VerifyLease(ctx context.Context, data, mac []byte) error {
+	want, _ := f.SignLease(ctx, data)
+	if !hmac.Equal(mac, want) {
+		return host.ErrLeaseForged
+	}
+	return nil
+}
 
 // A rule whose surplus could not be refunded counted more than the lease's
 // permits: the lease string holds at most the permits for it, so that the
 // API takes its own lease back and a return refunds at most what went
 // unused.
 func TestLeaseTicketHoldsAtMostThePermits(t *testing.T) {
-	l := &fixedLeaser{lease: host.ClientLease{Leasable: true, Permits: 5, MaxPermits: 10, TTL: time.Second,
+	l := &fixedLeaser{lease: host.ClientLease{ID: host.NewLeaseID(), Leasable: true, Permits: 5, MaxPermits: 10, TTL: time.Second,
 		Results: []host.RuleResult{
 			{Rule: "a", Subject: "s", Plugin: "fixedwindow", Decision: sdk.Decision{Allowed: true, Granted: 8, Limit: 100, Remaining: 92}},
 			{Rule: "b", Subject: "s", Plugin: "fixedwindow", Decision: sdk.Decision{Allowed: true, Granted: 5, Limit: 5, Remaining: 0}},
@@ -41,7 +66,7 @@ func TestLeaseTicketHoldsAtMostThePermits(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil || w.Code != http.StatusOK || a.Lease == "" {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
-	tk, err := decodeTicket(a.Lease, time.Now())
+	tk, err := decodeTicket(context.Background(), l, a.Lease, time.Now())
 	if err != nil {
 		t.Fatalf("the API refuses its own lease: %v", err)
 	}
@@ -54,6 +79,7 @@ func TestLeaseTicketHoldsAtMostThePermits(t *testing.T) {
 // the clock slack, and no more.
 func TestLeaseTicketDeadline(t *testing.T) {
 	now := time.Now()
+	ctx, l := context.Background(), &fixedLeaser{}
 	for _, tc := range []struct {
 		ahead time.Duration
 		ok    bool
@@ -63,9 +89,32 @@ func TestLeaseTicketDeadline(t *testing.T) {
 		{host.ClientLeaseTTL + ticketClockSlack, true},
 		{host.ClientLeaseTTL + ticketClockSlack + time.Millisecond, false},
 	} {
-		tk := leaseTicket{Deadline: now.Add(tc.ahead).UnixMicro(), Permits: 3, Holds: []host.LeaseHold{{Rule: "r", Subject: "s", Taken: 3}}}
-		if _, err := decodeTicket(tk.encode(), now); (err == nil) != tc.ok {
+		tk := leaseTicket{ID: host.NewLeaseID(), Deadline: now.Add(tc.ahead).UnixMicro(), Permits: 3, Holds: []host.LeaseHold{{Rule: "r", Subject: "s", Taken: 3}}}
+		s, err := tk.encode(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeTicket(ctx, l, s, now); (err == nil) != tc.ok {
 			t.Errorf("deadline %v ahead: err %v, want ok %v", tc.ahead, err, tc.ok)
+		}
+	}
+}
+
+// A lease string whose contents changed, or that was never signed, is
+// refused as forged: its numbers cannot be raised.
+func TestLeaseTicketChangedIsForged(t *testing.T) {
+	ctx, l := context.Background(), &fixedLeaser{}
+	tk := leaseTicket{ID: host.NewLeaseID(), Deadline: time.Now().Add(time.Second).UnixMicro(), Permits: 3, Holds: []host.LeaseHold{{Rule: "r", Subject: "s", Taken: 3}}}
+	s, err := tk.encode(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, sig, _ := strings.Cut(s, ".")
+	data, _ := base64.RawURLEncoding.DecodeString(body)
+	raised := base64.RawURLEncoding.EncodeToString([]byte(strings.ReplaceAll(string(data), "3", "9")))
+	for name, forged := range map[string]string{"raised": raised + "." + sig, "unsigned": raised, "no mac": raised + "."} {
+		if _, err := decodeTicket(ctx, l, forged, time.Now()); !errors.Is(err, host.ErrLeaseForged) {
+			t.Errorf("%s: %v, want ErrLeaseForged", name, err)
 		}
 	}
 }

@@ -36,6 +36,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	reqs := make([]*host.CheckRequest, len(body.Checks))
 	for i := range body.Checks {
 		req, e := body.Checks[i].toRequest()
+		if e == nil && req.Hits < 0 {
+			e = s.refundRefused(r, "hits")
+		}
 		if e != nil {
 			e.Message = fmt.Sprintf("checks[%d].%s", i, e.Message)
 			writeError(w, e)
@@ -84,6 +87,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, e := body.toRequest()
+	if e == nil && req.Hits < 0 {
+		e = s.refundRefused(r, "hits")
+	}
 	if e != nil {
 		writeError(w, e)
 		return

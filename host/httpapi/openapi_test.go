@@ -265,6 +265,7 @@ type openAPIServers struct {
 	up    *httptest.Server // admin token "tok", metrics, status page
 	loop  *httptest.Server // up's engine, no token, status on loopback
 	down  *httptest.Server // admin token "tok"; its Redis is killed
+	admin *httptest.Server // up's engine, --client-refunds=admin, admin token "tok"
 	rules string           // up's rule file
 }
 
@@ -285,6 +286,10 @@ func startOpenAPIServers(t *testing.T) *openAPIServers {
 		Stats: m.StatusFunc("openapi test redis", upReady),
 	}))
 	t.Cleanup(s.loop.Close)
+	s.admin = httptest.NewServer(httpapi.New(httpapi.Options{
+		Checker: upEngine, Admin: upEngine, AdminToken: "tok", Ready: upReady, Refunds: httpapi.RefundsAdmin,
+	}))
+	t.Cleanup(s.admin.Close)
 
 	downRedis := redistest.Start(t)
 	downEngine, downReady, _ := startOpenAPIEngine(t, downRedis, openAPIDownRules)
@@ -534,7 +539,19 @@ func TestOpenAPIDescribesLiveAnswers(t *testing.T) {
 	v.call(t, liveCall{base: down, method: "POST", path: "/v1/lease", body: leaser, want: http.StatusServiceUnavailable})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", want: http.StatusOK,
 		body: `{"returns": [{"request": {"user": "leaser"}, "attrs": {"tenant": "acme"}, "lease": "` + lease.Lease + `", "unused": 3}]}`})
-	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "!!", "unused": 1}]}`, want: http.StatusBadRequest})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "!!.!!", "unused": 1}]}`, want: http.StatusBadRequest})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "e30.e30", "unused": 1}]}`, want: http.StatusForbidden})
+
+	// Refunds under --client-refunds=admin: refused without the token.
+	refundIP := nextIP()
+	for _, path := range []string{"/v1/check", "/v1/acquire"} {
+		v.call(t, liveCall{base: s.admin.URL, method: "POST", path: path, body: `{"request": {"ip": "` + refundIP + `"}, "hits": -1}`, want: http.StatusForbidden})
+		v.call(t, liveCall{base: s.admin.URL, method: "POST", path: path, token: "tok", body: `{"request": {"ip": "` + refundIP + `"}, "hits": -1}`, want: http.StatusOK})
+	}
+	v.call(t, liveCall{base: s.admin.URL, method: "POST", path: "/v1/check/batch", want: http.StatusForbidden,
+		body: `{"checks": [{"request": {"ip": "` + refundIP + `"}}, {"request": {"ip": "` + refundIP + `"}, "hits": -1}]}`})
+	v.call(t, liveCall{base: s.admin.URL, method: "POST", path: "/v1/lease/return", want: http.StatusForbidden,
+		body: `{"returns": [{"request": {"user": "leaser"}, "attrs": {"tenant": "acme"}, "lease": "` + lease.Lease + `", "unused": 3}]}`})
 
 	// Forward-auth, from a trusted (loopback) proxy.
 	authCalls := []liveCall{{method: "GET", path: "/v1/auth"}}

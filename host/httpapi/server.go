@@ -49,6 +49,9 @@ type Options struct {
 	// Stats, when set, returns the JSON-encodable counters that
 	// GET /v1/admin/stats serves to the status page.
 	Stats func(ctx context.Context) any
+	// Refunds says which clients may give quota back (negative hits, lease
+	// returns). Default RefundsAllow.
+	Refunds Refunds
 	// LoopbackStatus serves the read-only admin endpoints (GET rules,
 	// plugins, stats) without a token when AdminToken is empty, to requests
 	// from a loopback peer naming a loopback host (no DNS rebinding). Set it
@@ -61,6 +64,8 @@ type Server struct {
 	check          Checker
 	leaser         Leaser // the checker, when it leases to clients
 	trustedProxies []netip.Prefix
+	refunds        Refunds
+	adminToken     string
 	ready          func(ctx context.Context) error
 	log            *slog.Logger
 	mux            *http.ServeMux
@@ -68,7 +73,8 @@ type Server struct {
 
 // New returns the handler.
 func New(o Options) *Server {
-	s := &Server{check: o.Checker, trustedProxies: o.TrustedProxies, ready: o.Ready, log: o.Logger, mux: http.NewServeMux()}
+	s := &Server{check: o.Checker, trustedProxies: o.TrustedProxies, refunds: o.Refunds, adminToken: o.AdminToken,
+		ready: o.Ready, log: o.Logger, mux: http.NewServeMux()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -118,6 +124,9 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	req, apiErr := decodeCheck(w, r)
+	if apiErr == nil && req.Hits < 0 {
+		apiErr = s.refundRefused(r, "hits")
+	}
 	if apiErr != nil {
 		writeError(w, apiErr)
 		return

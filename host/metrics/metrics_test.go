@@ -363,7 +363,7 @@ func TestClientLeaseUnits(t *testing.T) {
 	if err != nil || l.Permits != 30 {
 		t.Fatalf("lease %+v, %v", l, err)
 	}
-	ret := host.LeaseReturn{Request: req, Permits: 30, Unused: 10, Holds: l.Holds(), Deadline: time.Now().Add(time.Second)}
+	ret := host.LeaseReturn{Request: req, Permits: 30, Unused: 10, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)}
 	if _, err := r.e.ReturnLease(ctx, &ret); err != nil {
 		t.Fatal(err)
 	}

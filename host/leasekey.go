@@ -1,0 +1,141 @@
+package host
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The fleet's lease key: every instance sharing a Redis signs the lease
+// strings it gives clients with one HMAC-SHA256 key kept in that Redis,
+// under ruled's own prefix (LeaseKeyName), so that a lease taken from one
+// instance can be returned to another and a client cannot forge or change
+// one. No plugin's ACL user can read it.
+const (
+	// LeaseKeyBytes is the size of a lease key ruled creates.
+	LeaseKeyBytes = 32
+	// leaseKeyRefresh is how long an instance signs with the key it read
+	// before it reads it again: after an operator replaced the key, every
+	// instance signs with the new one within this time.
+	leaseKeyRefresh = 10 * time.Second
+	// leaseKeyReread is the least time between two reads of the key caused
+	// by a MAC that did not verify: forged leases cost at most one Redis
+	// call per instance per leaseKeyReread.
+	leaseKeyReread = time.Second
+	// minLeaseKeyBytes is the shortest key accepted from Redis.
+	minLeaseKeyBytes = 16
+	// leaseMACContext separates lease MACs from any other use of the key.
+	leaseMACContext = "ruled lease v1\x00"
+)
+
+// ErrLeaseForged is the error of a lease string whose MAC does not verify
+// under the fleet's lease key: not given by this fleet, changed, or given
+// under a key that was since replaced.
+var ErrLeaseForged = errors.New("not a lease this fleet gave, or changed since (its signature does not verify)")
+
+// leaseKeyScript creates the key when there is none (ARGV[1], random) and
+// returns the key in use: one call, whichever instance comes first.
+var leaseKeyScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+`)
+
+// leaseKey caches the fleet's lease key.
+type leaseKey struct {
+	mu     sync.Mutex
+	key    []byte
+	readAt time.Time
+}
+
+// LeaseKeyName is the Redis key that holds the fleet's lease key.
+func (e *Engine) LeaseKeyName() string { return e.cap.Prefix() + ":lease-key" }
+
+// LoadLeaseKey reads the fleet's lease key from Redis, creating it when
+// there is none, and caches it. The daemon calls it at start; signing and
+// verifying call it when the cached key is missing or old.
+func (e *Engine) LoadLeaseKey(ctx context.Context) error {
+	e.leaseKey.mu.Lock()
+	defer e.leaseKey.mu.Unlock()
+	_, err := e.loadLeaseKeyLocked(ctx)
+	return err
+}
+
+// loadLeaseKeyLocked reads the key; e.leaseKey.mu is held.
+func (e *Engine) loadLeaseKeyLocked(ctx context.Context) ([]byte, error) {
+	fresh := make([]byte, LeaseKeyBytes)
+	_, _ = rand.Read(fresh) // never fails (crypto/rand)
+	ctx, cancel := context.WithTimeout(ctx, e.cap.Timeout())
+	defer cancel()
+	v, err := leaseKeyScript.Run(ctx, e.cap.Client(), []string{e.LeaseKeyName()}, fresh).Text()
+	if err != nil {
+		return nil, fmt.Errorf("lease key %s: %w", e.LeaseKeyName(), err)
+	}
+	if len(v) < minLeaseKeyBytes {
+		return nil, fmt.Errorf("lease key %s: %d bytes in Redis, want at least %d (delete it and ruled creates one)", e.LeaseKeyName(), len(v), minLeaseKeyBytes)
+	}
+	e.leaseKey.key, e.leaseKey.readAt = []byte(v), e.now()
+	return e.leaseKey.key, nil
+}
+
+// currentLeaseKey is the cached key, read again when older than
+// leaseKeyRefresh.
+func (e *Engine) currentLeaseKey(ctx context.Context) ([]byte, error) {
+	e.leaseKey.mu.Lock()
+	defer e.leaseKey.mu.Unlock()
+	if e.leaseKey.key != nil && e.now().Sub(e.leaseKey.readAt) < leaseKeyRefresh {
+		return e.leaseKey.key, nil
+	}
+	return e.loadLeaseKeyLocked(ctx)
+}
+
+// leaseMAC is data's HMAC-SHA256 under key.
+func leaseMAC(key, data []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(leaseMACContext))
+	m.Write(data)
+	return m.Sum(nil)
+}
+
+// SignLease returns the MAC of a lease string's contents under the fleet's
+// lease key. It fails when the key cannot be read from Redis.
+func (e *Engine) SignLease(ctx context.Context, data []byte) ([]byte, error) {
+	key, err := e.currentLeaseKey(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sign lease: %w", err)
+	}
+	return leaseMAC(key, data), nil
+}
+
+// VerifyLease checks that mac is data's MAC under the fleet's lease key,
+// and answers ErrLeaseForged when it is not. When the cached key does not
+// verify it, the key is read again (at most once per leaseKeyReread), so
+// that a key another instance created after a rotation is picked up.
+func (e *Engine) VerifyLease(ctx context.Context, data, mac []byte) error {
+	key, err := e.currentLeaseKey(ctx)
+	if err != nil {
+		return fmt.Errorf("verify lease: %w", err)
+	}
+	if hmac.Equal(mac, leaseMAC(key, data)) {
+		return nil
+	}
+	e.leaseKey.mu.Lock()
+	defer e.leaseKey.mu.Unlock()
+	if e.now().Sub(e.leaseKey.readAt) >= leaseKeyReread {
+		if key, err = e.loadLeaseKeyLocked(ctx); err != nil {
+			return fmt.Errorf("verify lease: %w", err)
+		}
+	} else {
+		key = e.leaseKey.key // another call may have read it meanwhile
+	}
+	if hmac.Equal(mac, leaseMAC(key, data)) {
+		return nil
+	}
+	return ErrLeaseForged
+}
