@@ -40,6 +40,10 @@ const (
 // under a key that was since replaced.
 var ErrLeaseForged = errors.New("not a lease this fleet gave, or changed since (its signature does not verify)")
 
+// errLeaseKeyShort is the error of a key in Redis too short to be one:
+// put there by hand, it is refused rather than signed with.
+var errLeaseKeyShort = errors.New("too short")
+
 // leaseKeyScript creates the key when there is none (ARGV[1], random) and
 // returns the key in use: one call, whichever instance comes first.
 var leaseKeyScript = redis.NewScript(`
@@ -78,21 +82,29 @@ func (e *Engine) loadLeaseKeyLocked(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("lease key %s: %w", e.LeaseKeyName(), err)
 	}
 	if len(v) < minLeaseKeyBytes {
-		return nil, fmt.Errorf("lease key %s: %d bytes in Redis, want at least %d (delete it and ruled creates one)", e.LeaseKeyName(), len(v), minLeaseKeyBytes)
+		return nil, fmt.Errorf("lease key %s: %d bytes in Redis, want at least %d (delete it and ruled creates one): %w",
+			e.LeaseKeyName(), len(v), minLeaseKeyBytes, errLeaseKeyShort)
 	}
 	e.leaseKey.key, e.leaseKey.readAt = []byte(v), e.now()
 	return e.leaseKey.key, nil
 }
 
 // currentLeaseKey is the cached key, read again when older than
-// leaseKeyRefresh.
+// leaseKeyRefresh. When Redis fails that read, the cached key goes on
+// serving and the next read is tried leaseKeyReread later: while Redis
+// does not answer, callers do not queue behind one time-out after another.
 func (e *Engine) currentLeaseKey(ctx context.Context) ([]byte, error) {
 	e.leaseKey.mu.Lock()
 	defer e.leaseKey.mu.Unlock()
 	if e.leaseKey.key != nil && e.now().Sub(e.leaseKey.readAt) < leaseKeyRefresh {
 		return e.leaseKey.key, nil
 	}
-	return e.loadLeaseKeyLocked(ctx)
+	key, err := e.loadLeaseKeyLocked(ctx)
+	if err != nil && e.leaseKey.key != nil && !errors.Is(err, errLeaseKeyShort) {
+		e.leaseKey.readAt = e.now().Add(leaseKeyReread - leaseKeyRefresh)
+		return e.leaseKey.key, nil
+	}
+	return key, err
 }
 
 // leaseMAC is data's HMAC-SHA256 under key.

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -158,5 +159,35 @@ func TestLateReturnOfUnloadedRuleIsNotALabel(t *testing.T) {
 	want := map[string]int64{"per-ip late": 10, host.LeaseRuleUnloaded + " late": 7}
 	if len(rec.units) != len(want) || rec.units["per-ip late"] != 10 || rec.units[host.LeaseRuleUnloaded+" late"] != 7 {
 		t.Fatalf("observed %v, want %v", rec.units, want)
+	}
+}
+
+// While Redis does not answer, an instance signs and verifies with the key
+// it last read, and tries Redis again at most once a second, so that
+// callers do not queue behind one time-out after another.
+func TestLeaseKeyOutlivesRedisFailures(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	clk := &fakeClock{t: time.Now()}
+	a := newClockedEngine(t, srv, clk)
+	data := []byte("lease contents")
+	mac, err := a.SignLease(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause() // calls wait for their time-out, a second
+	defer srv.Resume()
+	clk.add(10 * time.Second) // the key is due for a read, which times out
+	if again, err := a.SignLease(ctx, data); err != nil || !bytes.Equal(again, mac) {
+		t.Fatalf("with Redis down: %v; signed with the cached key: %v", err, bytes.Equal(again, mac))
+	}
+	start := time.Now()
+	for range 20 { // within the second after the failed read: no Redis call
+		if err := a.VerifyLease(ctx, data, mac); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took >= time.Second { // one call to Redis would take that
+		t.Errorf("20 verifications took %v: they tried Redis", took)
 	}
 }
