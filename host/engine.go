@@ -17,6 +17,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/local"
+	"github.com/ruled-dev/ruled/internal/lograte"
 	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
@@ -75,8 +76,9 @@ type RuleResult struct {
 	Err error
 	sdk.Decision
 
-	cached   bool // answered by the deny cache
-	detailed bool // the rule asks for per-subject metrics
+	cached    bool // answered by the deny cache
+	detailed  bool // the rule asks for per-subject metrics
+	cancelled bool // the caller gave up before the plugin decided
 }
 
 // ReportsLimit reports whether the result is a limit to tell clients of
@@ -89,8 +91,10 @@ func (rr *RuleResult) ReportsLimit() bool { return !rr.Shadow && rr.hasLimit() }
 func (rr *RuleResult) hasLimit() bool { return rr.Limit > 0 || (rr.Limit == 0 && rr.Window > 0) }
 
 // badRequest reports whether the plugin refused the request as bad input:
-// the only result with an error that is not degraded.
-func (rr *RuleResult) badRequest() bool { return rr.Err != nil && rr.Degraded == DegradedNone }
+// the only result with an error that is neither degraded nor cancelled.
+func (rr *RuleResult) badRequest() bool {
+	return rr.Err != nil && rr.Degraded == DegradedNone && !rr.cancelled
+}
 
 // Result is the combined decision for a request.
 type Result struct {
@@ -203,6 +207,9 @@ const (
 	OutcomeBadRequest Outcome = "bad_request"
 	// OutcomeExempt is a request an exempt rule admitted.
 	OutcomeExempt Outcome = "exempt"
+	// OutcomeCancelled is a decision its caller gave up on (a client that
+	// hung up): nobody waits for it, and Redis did not fail.
+	OutcomeCancelled Outcome = "cancelled"
 )
 
 // Observer receives the engine's events. Implementations must be cheap and
@@ -236,6 +243,8 @@ func outcome(rr *RuleResult) Outcome {
 	switch {
 	case rr.Exempt:
 		return OutcomeExempt
+	case rr.cancelled:
+		return OutcomeCancelled
 	case rr.Degraded == DegradedAllow:
 		return OutcomeDegradedAllow
 	case rr.Degraded == DegradedDeny:
@@ -271,9 +280,9 @@ type Engine struct {
 	leaseObs    LeaseObserver   // obs, when it listens to client leases
 	deny        *local.DenyCache
 	local       *local.Limiters
-	localInUse  atomic.Bool  // local limiters decided since Redis last answered
-	clusterSize atomic.Int64 // live ruled instances, as last seen in Redis
-	degradedLog logGate      // rate-limits "decision degraded" warnings per rule
+	localInUse  atomic.Bool   // local limiters decided since Redis last answered
+	clusterSize atomic.Int64  // live ruled instances, as last seen in Redis
+	logGate     *lograte.Gate // rate-limits warnings a client or an outage can set off, per kind and rule
 	leases      *leases
 	leaseKey    leaseKey         // the fleet's lease key, cached
 	timeout     time.Duration    // DecisionTimeout
@@ -338,7 +347,7 @@ func NewEngine(o Options) (*Engine, error) {
 	if o.Capability == nil {
 		return nil, errors.New("host: engine needs a capability")
 	}
-	e := &Engine{cap: o.Capability, log: o.Logger, builtins: map[string]*plugin{}, loadPlugin: o.LoadPlugin, loaded: map[string]*plugin{},
+	e := &Engine{logGate: lograte.NewGate(gatedLogEvery), cap: o.Capability, log: o.Logger, builtins: map[string]*plugin{}, loadPlugin: o.LoadPlugin, loaded: map[string]*plugin{},
 		deny: local.NewDenyCache(o.DenyCacheSize, o.Now), local: local.NewLimiters(), obs: o.Observer, leases: newLeases(), now: o.Now}
 	if e.now == nil {
 		e.now = time.Now
@@ -724,6 +733,12 @@ func (e *Engine) decideAll(ctx context.Context, b budget, g *generation, sels []
 		res.Results = append(res.Results, RuleResult{})
 		rr := &res.Results[len(res.Results)-1]
 		e.decide(ctx, b, g, sel, req, rr)
+		if rr.cancelled {
+			// Nobody waits for the answer: stop, and refund nothing (the
+			// grants before stand, the conservative side).
+			res.Allowed = false
+			break
+		}
 		if rr.Shadow || rr.Allowed {
 			continue
 		}
@@ -780,6 +795,10 @@ func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.
 	if err != nil {
 		if sdk.IsBadRequest(err) {
 			rr.Err = err
+			return
+		}
+		if errors.Is(ctx.Err(), context.Canceled) {
+			rr.Err, rr.cancelled = err, true // the caller hung up: not an outage
 			return
 		}
 		e.degrade(rr, sel, req, err)
@@ -852,10 +871,10 @@ func (e *Engine) logDegraded(rule *rules.Rule, rr *RuleResult, err error) {
 	if errors.Is(err, capability.ErrCircuitOpen) {
 		return // logged once when the circuit opened
 	}
-	// At most one WARN line per rule every degradedLogEvery; the others go
+	// At most one WARN line per rule every gatedLogEvery; the others go
 	// to DEBUG and are counted in the next WARN line.
 	lv, suppressed := slog.LevelDebug, int64(0)
-	if warn, n := e.degradedLog.allow(rule.Name, time.Now()); warn {
+	if warn, n := e.logGate.Allow("decision degraded\x00"+rule.Name, time.Now()); warn {
 		lv, suppressed = slog.LevelWarn, n
 	} else if !e.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
@@ -891,12 +910,12 @@ func (e *Engine) refund(ctx context.Context, b budget, g *generation, sels []rul
 			continue
 		}
 		if b.spent() {
-			e.log.Warn("refund skipped: the decision time-out is spent", "rule", rr.Rule)
+			e.warnGated("refund skipped: the decision time-out is spent", rr.Rule)
 			continue
 		}
 		d, err := e.refundUnits(ctx, b, g.plugins[sel.Rule.Plugin], sel, back, dedupID, attrs)
 		if err != nil {
-			e.log.Warn("refund failed", "rule", sel.Rule.Name, "err", err)
+			e.warnGated("refund failed", sel.Rule.Name, "err", err)
 			continue
 		}
 		rr.Granted, rr.Remaining, rr.Reset = rr.Granted-back, d.Remaining, d.Reset

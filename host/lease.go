@@ -172,7 +172,7 @@ func (e *Engine) giveBack(ctx context.Context, b budget, p *plugin, sel rules.Se
 		return
 	}
 	if _, err := e.refundUnits(ctx, b, p, sel, n, "", nil); err != nil {
-		e.log.Warn("returning leased permits failed", "rule", sel.Rule.Name, "err", err)
+		e.warnGated("returning leased permits failed", sel.Rule.Name, "err", err)
 	}
 }
 

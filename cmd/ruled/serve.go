@@ -26,6 +26,7 @@ import (
 	"github.com/ruled-dev/ruled/host/metrics"
 	"github.com/ruled-dev/ruled/host/store"
 	"github.com/ruled-dev/ruled/host/ui"
+	"github.com/ruled-dev/ruled/internal/lograte"
 )
 
 type serveConfig struct {
@@ -256,8 +257,9 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		LoopbackStatus: c.adminToken == "" && loopbackAddr(ln.Addr()),
 	}))
 	// net/http's own lines (a failed TLS handshake, a handler's panic) go
-	// to the daemon's log, in its format.
-	srv.ErrorLog = slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)
+	// to the daemon's log, in its format, one of a kind every 10 s: any
+	// client can set them off.
+	srv.ErrorLog = slog.NewLogLogger(lograte.NewHandler(log.With("component", "http").Handler(), 10*time.Second), slog.LevelWarn)
 	var grpcTLS *tls.Config
 	if certs != nil {
 		// Both protocols over TLS, and the same ones as net/http's default, so

@@ -39,7 +39,7 @@ var LatencyBuckets = []float64{
 var outcomes = [...]host.Outcome{
 	host.OutcomeAllowed, host.OutcomeDenied, host.OutcomeShadowDenied,
 	host.OutcomeDegradedAllow, host.OutcomeDegradedDeny, host.OutcomeDegradedLocal, host.OutcomeBadRequest,
-	host.OutcomeExempt,
+	host.OutcomeExempt, host.OutcomeCancelled,
 }
 
 func outcomeIndex(o host.Outcome) int {
@@ -60,6 +60,8 @@ func outcomeIndex(o host.Outcome) int {
 		return 6
 	case host.OutcomeExempt:
 		return 7
+	case host.OutcomeCancelled:
+		return 8
 	}
 	return -1
 }
