@@ -223,9 +223,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	// in place (on a Cluster, one master down fails the same subjects on
 	// every instance: taking them all out of the load balancer would fail
 	// the others too), and every plugin can decide.
-	ready := func(context.Context) error {
-		return errors.Join(cap.ReadyErr(), engine.PluginsReady())
-	}
+	ready := func(context.Context) error { return engine.ReadyErr() }
 	srv := httpapi.NewServer(httpapi.New(httpapi.Options{
 		Checker:        engine,
 		Ready:          ready,
@@ -262,12 +260,12 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}()
 	log.Info("ruled serving", "listen", ln.Addr().String(), "tls", certs != nil, "version", version)
 	logStatusPage(log, scheme(certs), ln.Addr(), c.adminToken != "")
-	stopGRPC, grpcServed, err := startGRPC(c.grpcListen, grpcTLS, engine, log)
+	grpcSrv, err := startGRPC(c.grpcListen, grpcTLS, engine, ready, log)
 	if err != nil {
 		_ = srv.Close()
 		return err
 	}
-	defer stopGRPC()
+	defer grpcSrv.Stop()
 	stopDebug, err := startDebug(c.debugListen, log)
 	if err != nil {
 		_ = srv.Close()
@@ -297,9 +295,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 			_, _ = engine.ReloadFrom("SIGHUP")
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
-		case err := <-grpcServed:
+		case err := <-grpcSrv.Served():
 			return fmt.Errorf("grpc server: %w", err)
 		case <-ctx.Done():
+			// gRPC health says NOT_SERVING first, then the listeners close.
+			grpcSrv.NotServing()
 			log.Info("shutting down")
 			shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

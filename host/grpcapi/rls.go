@@ -1,7 +1,7 @@
 // Package grpcapi is ruled's gRPC interface: Envoy's rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), so that
 // Envoy's ratelimit filter can ask ruled directly, and the standard gRPC
-// health service. Like httpapi, it knows the engine's types and nothing
+// health service, which follows the daemon's readiness (Health). Like httpapi, it knows the engine's types and nothing
 // about rules, plugins or Redis.
 //
 // # Mapping
@@ -63,7 +63,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -108,12 +107,11 @@ type Checker interface {
 }
 
 // NewServer returns a gRPC server with the rate limit service and the
-// standard health service (reporting SERVING) registered. opts are passed
-// to grpc.NewServer.
-func NewServer(c Checker, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
+// standard health service h registered. opts are passed to grpc.NewServer.
+func NewServer(c Checker, h *Health, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(opts...)
 	Register(s, c, log)
-	healthpb.RegisterHealthServer(s, health.NewServer())
+	healthpb.RegisterHealthServer(s, h)
 	return s
 }
 
