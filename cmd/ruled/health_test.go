@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"syscall"
@@ -211,4 +212,73 @@ func TestGRPCHealthFollowsReadiness(t *testing.T) {
 	case <-time.After(grpcStopTimeout / 2):
 		t.Fatalf("ruled still running %v after SIGTERM with Watch streams open", grpcStopTimeout/2)
 	}
+}
+
+// TestDegradedDecisionsMakeNotReady: Redis answers the probe (INFO) but
+// holds every script (CLIENT PAUSE WRITE): decisions follow on_error, and
+// once they have for longer than the breaker's cooldown (200 ms) /readyz
+// answers 503 within 1 s, naming the plugin and the node, though
+// ruled_redis_up stays 1. Unpaused, it is ready again.
+func TestDegradedDecisionsMakeNotReady(t *testing.T) {
+	const window, bound = 200 * time.Millisecond, time.Second
+	srv := redistest.Start(t)
+	d := startDaemon(t, "--redis", srv.URL(), "--watch=false")
+	d.checkLimits("203.0.113.1")
+	admin := srv.Client()
+	ctx := context.Background()
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unpause := func() { _ = admin.Do(ctx, "CLIENT", "UNPAUSE").Err() }
+	t.Cleanup(unpause)
+
+	// Decisions keep coming, as traffic does.
+	var mu sync.Mutex
+	var firstDegraded time.Time
+	stop := make(chan struct{})
+	var traffic sync.WaitGroup
+	traffic.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			v, err := d.tryCheck("/open", fmt.Sprintf("198.51.100.%d", i%250))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			if v.degraded != "" && firstDegraded.IsZero() {
+				firstDegraded = time.Now()
+			}
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	defer func() { close(stop); traffic.Wait() }()
+
+	notReady, body := d.readyzIs(503, 10*time.Second)
+	mu.Lock()
+	first := firstDegraded
+	mu.Unlock()
+	if first.IsZero() {
+		t.Fatalf("/readyz 503 (%s) before any decision degraded", body)
+	}
+	if took := notReady.Sub(first); took > window+bound {
+		t.Errorf("/readyz 503 %v after decisions began to degrade, over %v + %v", took, window, bound)
+	}
+	t.Logf("/readyz 503 %v after the first degraded decision: %s", notReady.Sub(first).Round(time.Millisecond), body)
+	for _, want := range []string{"decisions degraded", "fixedwindow", srv.Addr()} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/readyz reason %s lacks %q", body, want)
+		}
+	}
+	if up := d.metric("ruled_redis_up"); up != "1" {
+		t.Errorf("ruled_redis_up %s: the probe failed too, so this test proves nothing of degraded decisions", up)
+	}
+
+	unpause()
+	d.readyzIs(200, 5*time.Second)
 }

@@ -277,9 +277,15 @@ func (c *Capability) Nodes() []NodeHealth {
 }
 
 // ReadyErr returns nil when some decisions can be made normally: the last
-// probe found a master answering and, with isolation on, the plugin users
-// are set up on it. Else it says why not.
+// probe found a master answering, with isolation on the plugin users are
+// set up on it, and calls have not found Redis unavailable (time-outs,
+// connection failures, an open circuit) for longer than the breaker's
+// cooldown with none answered since (the last such call in the last
+// second). Else it says why not.
 func (c *Capability) ReadyErr() error {
+	if err := c.outage.err(time.Now(), c.breakerWindow()); err != nil {
+		return err
+	}
 	c.health.mu.Lock()
 	var up []string
 	for addr, nh := range c.health.nodes {
@@ -304,6 +310,15 @@ func (c *Capability) ReadyErr() error {
 		}
 	}
 	return c.IsolationErr()
+}
+
+// breakerWindow is the breakers' cooldown: how long calls may find Redis
+// unavailable before the instance stops being ready.
+func (c *Capability) breakerWindow() time.Duration {
+	if c.breakerCooldown > 0 {
+		return c.breakerCooldown
+	}
+	return DefaultBreakerCooldown
 }
 
 // RedisErr returns nil when the last probe found every master answering,
