@@ -355,7 +355,7 @@ func TestFailedReloadLogsEachError(t *testing.T) {
 		t.Fatal(err)
 	}
 	replace(t, path, strings.Replace(invalidSet, "window: 1h}\n  - name: bad-two", "window: 1x}\n  - name: bad-two", 1))
-	if _, err := e.ReloadFrom("test"); err == nil {
+	if _, err := e.ReloadFrom(context.Background(), "test"); err == nil {
 		t.Fatal("the invalid rules reloaded")
 	}
 	var got []map[string]any

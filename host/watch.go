@@ -91,7 +91,7 @@ func (e *Engine) WatchRules(ctx context.Context, path string, onReload func(n in
 				e.log.Debug("rule and plugin files unchanged; not reloading")
 				continue
 			}
-			n, err := e.Reload()
+			n, err := e.ReloadContext(ctx)
 			e.logReload("file change", n, err)
 			if onReload != nil {
 				onReload(n, err)
@@ -164,6 +164,9 @@ func (rw *ruleWatch) state(path string, maxSize int64) fileState {
 	before, err := os.Stat(path)
 	if err != nil {
 		return fileState{digest: "error: " + err.Error()}
+	}
+	if !before.Mode().IsRegular() { // a FIFO would block the watcher
+		return fileState{digest: "error: not a regular file: " + before.Mode().Type().String()}
 	}
 	if old, ok := rw.files[path]; ok && sameFile(old.info, before) {
 		return old
@@ -258,8 +261,8 @@ func LogRuleErrors(log *slog.Logger, msg string, err error, attrs ...any) int {
 
 // ReloadFrom reloads the rules and logs the outcome, naming what triggered it
 // (a signal, the admin API).
-func (e *Engine) ReloadFrom(trigger string) (int, error) {
-	n, err := e.Reload()
+func (e *Engine) ReloadFrom(ctx context.Context, trigger string) (int, error) {
+	n, err := e.ReloadContext(ctx)
 	e.logReload(trigger, n, err)
 	return n, err
 }

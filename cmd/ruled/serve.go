@@ -145,12 +145,20 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		return fmt.Errorf("rules in %s are invalid", c.rules)
 	}
 	// Read the key pair before anything starts: a bad one refuses to serve.
-	certs, err := loadTLS(c, log)
+	certs, err := loadTLS(ctx, c, log)
 	if err != nil {
 		return err
 	}
 
 	m := metrics.New(metrics.Options{Version: version})
+	if certs != nil {
+		if err := m.TLSCertificate(func() time.Time { return certs.Leaf().NotAfter }); err != nil {
+			return err
+		}
+		expiryCtx, stopExpiry := context.WithCancel(ctx)
+		defer stopExpiry()
+		go watchExpiry(expiryCtx, certs, log)
+	}
 	pools := newWasmPools(m.RegisterPool) // every Wasm module's instances
 	wopts, closeWasmCache := wasmOptions(log, pluginCallTimeout(c.redisTimeout), c.dataDir)
 	defer closeWasmCache()
@@ -288,11 +296,20 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// Reloads run off this loop: a file that blocks on read never holds up
+	// SIGTERM, SIGINT or the next SIGHUP.
+	reloads := &hupReloads{log: log, run: func() {
+		tctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+		reloadTLS(tctx, certs, log) // new handshakes on both listeners; open connections keep theirs
+		cancel()
+		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+		_, _ = engine.ReloadFrom(rctx, "SIGHUP")
+		cancel()
+	}}
 	for {
 		select {
 		case <-hup:
-			reloadTLS(certs, log) // new handshakes on both listeners; open connections keep theirs
-			_, _ = engine.ReloadFrom("SIGHUP")
+			reloads.signal()
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
 		case err := <-grpcSrv.Served():
@@ -315,7 +332,55 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 type adminAPI struct{ *host.Engine }
 
 // Reload implements httpapi.Admin.
-func (a adminAPI) Reload() (int, error) { return a.ReloadFrom("admin API") }
+func (a adminAPI) Reload() (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
+	defer cancel()
+	return a.ReloadFrom(ctx, "admin API")
+}
+
+// hupReloads runs the reloads SIGHUP asks for, one at a time, off the
+// signal loop. A SIGHUP while one runs queues one more (several queue one)
+// and says so in the log.
+type hupReloads struct {
+	log *slog.Logger
+	run func()
+
+	mu      sync.Mutex
+	running bool
+	queued  bool
+}
+
+// signal starts a reload, or queues one behind the reload in flight.
+func (h *hupReloads) signal() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.running {
+		if h.queued {
+			h.log.Warn("SIGHUP during a reload still in flight; a reload is already queued after it", "reload_timeout", reloadTimeout)
+		} else {
+			h.log.Warn("SIGHUP during a reload still in flight; one more reload is queued after it", "reload_timeout", reloadTimeout)
+		}
+		h.queued = true
+		return
+	}
+	h.running = true
+	go h.loop()
+}
+
+// loop runs reloads until none is queued.
+func (h *hupReloads) loop() {
+	for {
+		h.run()
+		h.mu.Lock()
+		if !h.queued {
+			h.running = false
+			h.mu.Unlock()
+			return
+		}
+		h.queued = false
+		h.mu.Unlock()
+	}
+}
 
 // parsePrefixes parses a comma-separated list of CIDRs or addresses.
 func parsePrefixes(s string) ([]netip.Prefix, error) {
