@@ -155,9 +155,6 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		if err := m.TLSCertificate(func() time.Time { return certs.Leaf().NotAfter }); err != nil {
 			return err
 		}
-		expiryCtx, stopExpiry := context.WithCancel(ctx)
-		defer stopExpiry()
-		go watchExpiry(expiryCtx, certs, log)
 	}
 	pools := newWasmPools(m.RegisterPool) // every Wasm module's instances
 	wopts, closeWasmCache := wasmOptions(log, pluginCallTimeout(c.redisTimeout), c.dataDir)

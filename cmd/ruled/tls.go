@@ -32,13 +32,9 @@ func tlsFiles(c serveConfig) (f tlsconfig.Files, ok bool, err error) {
 const reloadTimeout = 10 * time.Second
 
 // expiryWarning is how long before the served certificate expires ruled
-// starts warning about it, at start, at each reload and every
-// expiryCheckEvery.
+// warns about it, at start and at each reload; in between,
+// ruled_tls_certificate_expiry_seconds is there to alert on.
 const expiryWarning = 7 * 24 * time.Hour
-
-// expiryCheckEvery is how often watchExpiry looks at the served
-// certificate.
-const expiryCheckEvery = time.Hour
 
 // loadTLS reads the key pair (and client CA bundle) that both listeners
 // serve; nil without TLS. A certificate that is not valid now (expired, or
@@ -77,36 +73,15 @@ func reloadTLS(ctx context.Context, r *tlsconfig.Reloader, log *slog.Logger) {
 }
 
 // warnExpiry logs a warning when the served certificate expires within
-// expiryWarning of now, and reports whether it did.
-func warnExpiry(log *slog.Logger, r *tlsconfig.Reloader, now time.Time) bool {
+// expiryWarning of now.
+func warnExpiry(log *slog.Logger, r *tlsconfig.Reloader, now time.Time) {
 	leaf := r.Leaf()
 	left := leaf.NotAfter.Sub(now)
 	if left >= expiryWarning {
-		return false
+		return
 	}
 	log.Warn("TLS certificate expires soon; replace the files and send SIGHUP", "cert", r.Files().Cert,
 		"serial", serialHex(r), "not_after", leaf.NotAfter, "expires_in", left.Round(time.Second).String())
-	return true
-}
-
-// watchExpiry warns about the served certificate every expiryCheckEvery
-// while it expires within expiryWarning, once a day at most for one
-// certificate, until ctx ends; loads and reloads warn of their own.
-func watchExpiry(ctx context.Context, r *tlsconfig.Reloader, log *slog.Logger) {
-	t := time.NewTicker(expiryCheckEvery)
-	defer t.Stop()
-	var warned string
-	var warnedAt time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if s := serialHex(r); (s != warned || now.Sub(warnedAt) >= 24*time.Hour) && warnExpiry(log, r, now) {
-				warned, warnedAt = s, now
-			}
-		}
-	}
 }
 
 // logTLS writes one line about the serving certificate.

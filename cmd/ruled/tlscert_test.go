@@ -83,36 +83,63 @@ func TestTLSRefusesCertificatesNotValidNow(t *testing.T) {
 }
 
 // TestTLSWarnsBeforeExpiry: a certificate that expires in 3 days is served
-// with a warning in the log, and /metrics gives its NotAfter as
-// ruled_tls_certificate_expiry_seconds.
+// with a warning in the log, at start and at a reload, and /metrics gives
+// the served certificate's NotAfter as ruled_tls_certificate_expiry_seconds;
+// one that expires in 8 days gets no warning.
 func TestTLSWarnsBeforeExpiry(t *testing.T) {
+	const warning = "TLS certificate expires soon"
 	ca := tlstest.NewCA(t, "ruled test CA")
-	soon := ca.ServerValid(t, time.Now().Add(-time.Hour), time.Now().Add(3*24*time.Hour))
-	certFile, keyFile := soon.Write(t, t.TempDir(), "server")
+	dir := t.TempDir()
+	later := ca.ServerValid(t, time.Now().Add(-time.Hour), time.Now().Add(8*24*time.Hour))
+	certFile, keyFile := later.Write(t, dir, "server")
 	d := startTLSDaemon(t, ca, nil, nil, "--tls-cert", certFile, "--tls-key", keyFile)
-	line := d.lastLine("TLS certificate expires soon")
-	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, certFile) {
-		t.Errorf("no expiry warning naming %s in the log:\n%s", certFile, tail(d.log.String(), 10))
+	if strings.Contains(d.log.String(), warning) {
+		t.Fatalf("a warning for a certificate that expires in 8 days:\n%s", tail(d.log.String(), 10))
 	}
-	resp, err := httpsClient(clientTLS(ca), true).Get(d.url("/metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	all, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got string
-	for _, l := range strings.Split(string(all), "\n") {
-		if v, ok := strings.CutPrefix(l, "ruled_tls_certificate_expiry_seconds "); ok {
-			got = v
+	expiry := func() string {
+		t.Helper()
+		resp, err := httpsClient(clientTLS(ca), true).Get(d.url("/metrics"))
+		if err != nil {
+			t.Fatal(err)
 		}
+		defer resp.Body.Close()
+		all, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(all), "\n") {
+			if v, ok := strings.CutPrefix(l, "ruled_tls_certificate_expiry_seconds "); ok {
+				return v
+			}
+		}
+		return ""
 	}
-	f, err := strconv.ParseFloat(got, 64)
-	if err != nil || int64(f) != soon.Cert.NotAfter.Unix() {
-		t.Fatalf("ruled_tls_certificate_expiry_seconds %q, want %d", got, soon.Cert.NotAfter.Unix())
+	if got, want := expiry(), strconv.FormatInt(later.Cert.NotAfter.Unix(), 10); !sameFloat(got, want) {
+		t.Fatalf("ruled_tls_certificate_expiry_seconds %q, want %s", got, want)
 	}
+	soon := ca.ServerValid(t, time.Now().Add(-time.Hour), time.Now().Add(3*24*time.Hour))
+	soon.Write(t, dir, "server")
+	d.hup("TLS certificate reloaded")
+	line := d.lastLine(warning)
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, certFile) {
+		t.Errorf("no expiry warning naming %s in the log after the reload:\n%s", certFile, tail(d.log.String(), 10))
+	}
+	if got, want := expiry(), strconv.FormatInt(soon.Cert.NotAfter.Unix(), 10); !sameFloat(got, want) {
+		t.Fatalf("ruled_tls_certificate_expiry_seconds %q after the reload, want %s", got, want)
+	}
+	d.stop()
+	// At start too.
+	d = startTLSDaemon(t, ca, nil, nil, "--tls-cert", certFile, "--tls-key", keyFile)
+	if line := d.lastLine(warning); !strings.Contains(line, "level=WARN") || !strings.Contains(line, certFile) {
+		t.Errorf("no expiry warning naming %s in the log at start:\n%s", certFile, tail(d.log.String(), 10))
+	}
+}
+
+// sameFloat reports whether a metric's value got is the integer want.
+func sameFloat(got, want string) bool {
+	g, err := strconv.ParseFloat(got, 64)
+	w, err2 := strconv.ParseInt(want, 10, 64)
+	return err == nil && err2 == nil && int64(g) == w
 }
 
 // TestSIGHUPWithABlockedReadLeavesSignalsWorking: with the certificate, or
