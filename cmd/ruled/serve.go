@@ -227,7 +227,9 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	// the last probe found a master answering with the plugins' ACL users
 	// in place (on a Cluster, one master down fails the same subjects on
 	// every instance: taking them all out of the load balancer would fail
-	// the others too), and every plugin can decide.
+	// the others too), calls have not found Redis unavailable for longer
+	// than the breaker's cooldown with none answered since, and every
+	// plugin can decide. gRPC health follows it.
 	ready := func(context.Context) error { return engine.ReadyErr() }
 	srv := httpapi.NewServer(httpapi.New(httpapi.Options{
 		Checker:        engine,
