@@ -394,10 +394,24 @@ func (e *Engine) Lookup(name string) (sdk.Algorithm, bool) { return e.gen.Load()
 // them the serving set. On error the old set keeps serving; the error is a
 // rules.ErrorList with every problem and its position.
 func (e *Engine) Load(path string) (*rules.Set, error) {
+	return e.LoadContext(context.Background(), path)
+}
+
+// ReadTimeout bounds how long a load waits for the rule files to be read:
+// a file that blocks on read (a FIFO nobody writes) fails the load, and
+// the old set keeps serving, instead of holding up every later load and
+// Close.
+const ReadTimeout = 10 * time.Second
+
+// LoadContext is Load, reading the rule files within ctx and ReadTimeout.
+// They are read before the engine is locked: a read that never ends is
+// left behind, and later loads and Close do not wait for it.
+func (e *Engine) LoadContext(ctx context.Context, path string) (*rules.Set, error) {
+	files, perr := parseRules(ctx, path)
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
 	st := *e.status.Load()
-	g, err := e.compile(path)
+	g, err := e.compile(files, perr)
 	if err != nil {
 		st.LastError, st.LastErrorAt = err, time.Now()
 		st.Failures++
@@ -418,11 +432,33 @@ func (e *Engine) Load(path string) (*rules.Set, error) {
 	return g.set, nil
 }
 
-// compile parses the rule files, loads the third-party plugins they
-// declare (reusing those already loaded), and compiles the rules against
+// parseRules parses the rule files at path (rules.Parse) within ctx and
+// ReadTimeout. On time-out the read goes on in the background, and its
+// result is dropped.
+func parseRules(ctx context.Context, path string) (*rules.Files, error) {
+	ctx, cancel := context.WithTimeout(ctx, ReadTimeout)
+	defer cancel()
+	type parsed struct {
+		files *rules.Files
+		err   error
+	}
+	done := make(chan parsed, 1)
+	go func() {
+		files, err := rules.Parse(path)
+		done <- parsed{files, err}
+	}()
+	select {
+	case p := <-done:
+		return p.files, p.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("host: reading the rule files at %s: %w (does a file block on read, a FIFO?)", path, context.Cause(ctx))
+	}
+}
+
+// compile takes the parsed rule files (rules.Parse's results), loads the
+// third-party plugins they declare (reusing those already loaded), and compiles the rules against
 // them. On error, plugins loaded for this attempt alone are released.
-func (e *Engine) compile(path string) (*generation, error) {
-	files, err := rules.Parse(path)
+func (e *Engine) compile(files *rules.Files, err error) (*generation, error) {
 	if files == nil {
 		return nil, err
 	}
@@ -580,12 +616,16 @@ func (e *Engine) Close(ctx context.Context) {
 
 // Reload loads the rules again from the path of the last successful Load
 // and returns the number of serving rules.
-func (e *Engine) Reload() (int, error) {
+func (e *Engine) Reload() (int, error) { return e.ReloadContext(context.Background()) }
+
+// ReloadContext is Reload, reading the rule files within ctx and
+// ReadTimeout.
+func (e *Engine) ReloadContext(ctx context.Context) (int, error) {
 	path := e.status.Load().Path
 	if path == "" {
 		return 0, errors.New("host: no rules loaded yet")
 	}
-	set, err := e.Load(path)
+	set, err := e.LoadContext(ctx, path)
 	if err != nil {
 		return 0, err
 	}

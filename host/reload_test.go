@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -355,7 +356,7 @@ func TestFailedReloadLogsEachError(t *testing.T) {
 		t.Fatal(err)
 	}
 	replace(t, path, strings.Replace(invalidSet, "window: 1h}\n  - name: bad-two", "window: 1x}\n  - name: bad-two", 1))
-	if _, err := e.ReloadFrom("test"); err == nil {
+	if _, err := e.ReloadFrom(context.Background(), "test"); err == nil {
 		t.Fatal("the invalid rules reloaded")
 	}
 	var got []map[string]any
@@ -418,5 +419,35 @@ func TestLogRuleErrors(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("lines\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestWatchSurvivesAFIFO: a rule file replaced by a FIFO nobody writes
+// neither blocks the watcher (it does not hash what is not a regular file)
+// nor a reload for good (reading gives up after host.ReadTimeout, and the
+// old rules keep serving); a regular file put back is reloaded.
+func TestWatchSurvivesAFIFO(t *testing.T) {
+	e, dir, path := servingRules(t, "a.yaml", true)
+	reloads := watcher(t, e, dir)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-reloads:
+		if err == nil || !strings.Contains(err.Error(), "reading the rule files") {
+			t.Fatalf("the reload of a FIFO: %v, want the read given up", err)
+		}
+	case <-time.After(host.ReadTimeout + 5*time.Second):
+		t.Fatalf("no reload within %v of a rule file replaced by a FIFO", host.ReadTimeout+5*time.Second)
+	}
+	if st := e.Status(); st.Rules == 0 || st.LastError == nil {
+		t.Fatalf("status after the FIFO: %+v, want the old rules serving and the error", st)
+	}
+	replace(t, path, ruleSet("second"))
+	if err := expectReload(t, reloads, "a regular file put back"); err != nil {
+		t.Fatal(err)
 	}
 }

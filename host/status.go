@@ -38,6 +38,39 @@ func (e *Engine) PluginStatuses() []PluginStatus {
 	return out
 }
 
+// ReadyErr returns nil when decisions can be made normally: Redis is
+// ready (capability.Capability.ReadyErr) and every plugin can decide
+// (PluginsReady). When Redis is not, the reason also names the plugins
+// whose rules follow their on_error meanwhile.
+func (e *Engine) ReadyErr() error {
+	var errs []error
+	if err := e.cap.ReadyErr(); err != nil {
+		if names := e.rulePlugins(); len(names) > 0 {
+			err = fmt.Errorf("redis not ready; rules of plugin %s follow their on_error: %w", strings.Join(names, ", "), err)
+		} else {
+			err = fmt.Errorf("redis not ready: %w", err)
+		}
+		errs = append(errs, err)
+	}
+	if err := e.PluginsReady(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// rulePlugins returns the names of the plugins the serving rules use,
+// sorted.
+func (e *Engine) rulePlugins() []string {
+	var names []string
+	for _, r := range e.gen.Load().set.Rules() {
+		if !slices.Contains(names, r.Plugin) {
+			names = append(names, r.Plugin)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 // PluginsReady returns nil when every plugin can decide, else an error that
 // names each one that cannot. Readiness is "Redis answers and all plugins
 // are OK".

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -59,7 +60,7 @@ func (e *Engine) WatchRules(ctx context.Context, path string, onReload func(n in
 	if err := w.Add(rw.rulesDir); err != nil {
 		return fmt.Errorf("host: watching %s: %w", rw.rulesDir, err)
 	}
-	rw.scan()
+	rw.scan(ctx)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var first time.Time // of the events not looked into yet
@@ -87,11 +88,11 @@ func (e *Engine) WatchRules(ctx context.Context, path string, onReload func(n in
 			e.log.Warn("rule watcher", "err", err)
 		case <-timer.C:
 			first = time.Time{}
-			if !rw.scan() {
+			if !rw.scan(ctx) {
 				e.log.Debug("rule and plugin files unchanged; not reloading")
 				continue
 			}
-			n, err := e.Reload()
+			n, err := e.ReloadContext(ctx)
 			e.logReload("file change", n, err)
 			if onReload != nil {
 				onReload(n, err)
@@ -127,20 +128,26 @@ type pluginRef struct {
 // scan looks at every file followed, reports whether any changed since
 // the last scan (appeared, went away, or has another digest), and brings
 // the watched directories in line with the plugin files declared.
-func (rw *ruleWatch) scan() bool {
+func (rw *ruleWatch) scan(ctx context.Context) bool {
 	next := map[string]fileState{}
 	ruleFiles, err := rules.Sources(rw.path)
 	if err != nil {
 		next[rw.path] = fileState{digest: "error: " + err.Error()}
 	}
 	rulesSame := rw.files != nil && slices.Equal(ruleFiles, rw.ruleFiles)
+	readable := true
 	for _, f := range ruleFiles {
 		next[f] = rw.state(f, maxRuleFile)
 		rulesSame = rulesSame && next[f].digest == rw.files[f].digest
+		readable = readable && !strings.HasPrefix(next[f].digest, "error: ")
 	}
-	if !rulesSame { // the declarations may have changed
+	// The declarations may have changed. A rule file that cannot be read
+	// (pluginfile.Digest refuses what is not a regular file: a FIFO would
+	// block) fails the reload anyway: keep following the plugin files
+	// declared before.
+	if !rulesSame && readable {
 		rw.plugins = rw.plugins[:0]
-		if files, _ := rules.Parse(rw.path); files != nil {
+		if files, _ := parseRules(ctx, rw.path); files != nil {
 			for _, d := range files.Plugins() {
 				p, maxSize := PluginFile(d)
 				rw.plugins = append(rw.plugins, pluginRef{p, maxSize})
@@ -258,8 +265,8 @@ func LogRuleErrors(log *slog.Logger, msg string, err error, attrs ...any) int {
 
 // ReloadFrom reloads the rules and logs the outcome, naming what triggered it
 // (a signal, the admin API).
-func (e *Engine) ReloadFrom(trigger string) (int, error) {
-	n, err := e.Reload()
+func (e *Engine) ReloadFrom(ctx context.Context, trigger string) (int, error) {
+	n, err := e.ReloadContext(ctx)
 	e.logReload(trigger, n, err)
 	return n, err
 }

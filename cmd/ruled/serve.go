@@ -157,12 +157,17 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		return fmt.Errorf("rules in %s are invalid", c.rules)
 	}
 	// Read the key pair before anything starts: a bad one refuses to serve.
-	certs, err := loadTLS(c, log)
+	certs, err := loadTLS(ctx, c, log)
 	if err != nil {
 		return err
 	}
 
 	m := metrics.New(metrics.Options{Version: version})
+	if certs != nil {
+		if err := m.TLSCertificate(func() time.Time { return certs.Leaf().NotAfter }); err != nil {
+			return err
+		}
+	}
 	pools := newWasmPools(m.RegisterPool) // every Wasm module's instances
 	wopts, closeWasmCache := wasmOptions(log, pluginCallTimeout(c.redisTimeout), c.dataDir)
 	defer closeWasmCache()
@@ -239,10 +244,10 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	// the last probe found a master answering with the plugins' ACL users
 	// in place (on a Cluster, one master down fails the same subjects on
 	// every instance: taking them all out of the load balancer would fail
-	// the others too), and every plugin can decide.
-	ready := func(context.Context) error {
-		return errors.Join(cap.ReadyErr(), engine.PluginsReady())
-	}
+	// the others too), calls have not found Redis unavailable for longer
+	// than the breaker's cooldown with none answered since, and every
+	// plugin can decide. gRPC health follows it.
+	ready := func(context.Context) error { return engine.ReadyErr() }
 	srv := httpapi.NewServer(httpapi.New(httpapi.Options{
 		Checker:        engine,
 		Ready:          ready,
@@ -281,12 +286,12 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}()
 	log.Info("ruled serving", "listen", ln.Addr().String(), "tls", certs != nil, "version", version)
 	logStatusPage(log, scheme(certs), ln.Addr(), c.adminToken != "")
-	stopGRPC, grpcServed, err := startGRPC(c.grpcListen, grpcTLS, engine, c.refunds != httpapi.RefundsAllow, log)
+	grpcSrv, err := startGRPC(c.grpcListen, grpcTLS, engine, c.refunds != httpapi.RefundsAllow, ready, log)
 	if err != nil {
 		_ = srv.Close()
 		return err
 	}
-	defer stopGRPC()
+	defer grpcSrv.Stop()
 	stopDebug, err := startDebug(c.debugListen, log)
 	if err != nil {
 		_ = srv.Close()
@@ -309,16 +314,27 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// Reloads run off this loop: a file that blocks on read never holds up
+	// SIGTERM, SIGINT or the next SIGHUP.
+	reloads := &hupReloads{log: log, run: func() {
+		tctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+		reloadTLS(tctx, certs, log) // new handshakes on both listeners; open connections keep theirs
+		cancel()
+		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+		_, _ = engine.ReloadFrom(rctx, "SIGHUP")
+		cancel()
+	}}
 	for {
 		select {
 		case <-hup:
-			reloadTLS(certs, log) // new handshakes on both listeners; open connections keep theirs
-			_, _ = engine.ReloadFrom("SIGHUP")
+			reloads.signal()
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
-		case err := <-grpcServed:
+		case err := <-grpcSrv.Served():
 			return fmt.Errorf("grpc server: %w", err)
 		case <-ctx.Done():
+			// gRPC health says NOT_SERVING first, then the listeners close.
+			grpcSrv.NotServing()
 			log.Info("shutting down")
 			shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -334,7 +350,55 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 type adminAPI struct{ *host.Engine }
 
 // Reload implements httpapi.Admin.
-func (a adminAPI) Reload() (int, error) { return a.ReloadFrom("admin API") }
+func (a adminAPI) Reload() (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
+	defer cancel()
+	return a.ReloadFrom(ctx, "admin API")
+}
+
+// hupReloads runs the reloads SIGHUP asks for, one at a time, off the
+// signal loop. A SIGHUP while one runs queues one more (several queue one)
+// and says so in the log.
+type hupReloads struct {
+	log *slog.Logger
+	run func()
+
+	mu      sync.Mutex
+	running bool
+	queued  bool
+}
+
+// signal starts a reload, or queues one behind the reload in flight.
+func (h *hupReloads) signal() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.running {
+		if h.queued {
+			h.log.Warn("SIGHUP during a reload still in flight; a reload is already queued after it", "reload_timeout", reloadTimeout)
+		} else {
+			h.log.Warn("SIGHUP during a reload still in flight; one more reload is queued after it", "reload_timeout", reloadTimeout)
+		}
+		h.queued = true
+		return
+	}
+	h.running = true
+	go h.loop()
+}
+
+// loop runs reloads until none is queued.
+func (h *hupReloads) loop() {
+	for {
+		h.run()
+		h.mu.Lock()
+		if !h.queued {
+			h.running = false
+			h.mu.Unlock()
+			return
+		}
+		h.queued = false
+		h.mu.Unlock()
+	}
+}
 
 // parsePrefixes parses a comma-separated list of CIDRs or addresses.
 func parsePrefixes(s string) ([]netip.Prefix, error) {

@@ -52,6 +52,9 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e.Plugin == "" { // ruled's own call (the health probe), no plugin's
+		return fmt.Sprintf("capability: %s: %s: %v", e.Script, e.Class, e.Err)
+	}
 	if e.Script == "" {
 		return fmt.Sprintf("capability: plugin %s: %s: %v", e.Plugin, e.Class, e.Err)
 	}

@@ -194,7 +194,7 @@ func (c *Capability) probeNode(ctx, parent context.Context, node *redis.Client, 
 	}
 	addr := nodeName(node)
 	if err := info.Err(); err != nil {
-		return "", fmt.Errorf("%s: %w", addr, classify("", "probe", err))
+		return "", fmt.Errorf("%s: %w", addr, c.probeErr(parent, node, err))
 	}
 	// The node answered a command sent at sent: the script of a call given
 	// up on well before then is not running there. Well before: commands
@@ -216,6 +216,33 @@ func (c *Capability) probeNode(ctx, parent context.Context, node *redis.Client, 
 		}
 	}
 	return runID, nil
+}
+
+// probeErr classifies a failed probe of node. A probe that ran out of
+// time may have spent it retrying a connection that was refused (go-redis
+// retries, and then reports only the context's deadline): one dial of the
+// node tells a refused or unreachable node from one that accepts
+// connections and does not answer.
+func (c *Capability) probeErr(parent context.Context, node *redis.Client, err error) error {
+	e := classify("", "probe", err)
+	if ClassOf(e) != ClassTimeout || parent.Err() != nil {
+		return e
+	}
+	o := node.Options()
+	if o.Dialer == nil {
+		return e
+	}
+	ctx, cancel := context.WithTimeout(parent, c.timeout)
+	defer cancel()
+	conn, derr := o.Dialer(ctx, o.Network, o.Addr)
+	if derr != nil {
+		if ctx.Err() != nil { // the dial timed out too: the node does not answer
+			return &Error{Class: ClassTimeout, Script: "probe", Err: fmt.Errorf("no answer within %v (%w); connecting: %v", c.timeout, err, derr)}
+		}
+		return classify("", "probe", derr)
+	}
+	_ = conn.Close()
+	return &Error{Class: ClassTimeout, Script: "probe", Err: fmt.Errorf("connected, but no answer within %v: %w", c.timeout, err)}
 }
 
 // nodeName returns the name of a master in health, metrics and breakers:
@@ -250,9 +277,15 @@ func (c *Capability) Nodes() []NodeHealth {
 }
 
 // ReadyErr returns nil when some decisions can be made normally: the last
-// probe found a master answering and, with isolation on, the plugin users
-// are set up on it. Else it says why not.
+// probe found a master answering, with isolation on the plugin users are
+// set up on it, and calls have not found Redis unavailable (time-outs,
+// connection failures, an open circuit) for longer than the breaker's
+// cooldown with none answered since (the last such call in the last
+// second). Else it says why not.
 func (c *Capability) ReadyErr() error {
+	if err := c.outage.err(time.Now(), c.breakerWindow()); err != nil {
+		return err
+	}
 	c.health.mu.Lock()
 	var up []string
 	for addr, nh := range c.health.nodes {
@@ -277,6 +310,15 @@ func (c *Capability) ReadyErr() error {
 		}
 	}
 	return c.IsolationErr()
+}
+
+// breakerWindow is the breakers' cooldown: how long calls may find Redis
+// unavailable before the instance stops being ready.
+func (c *Capability) breakerWindow() time.Duration {
+	if c.breakerCooldown > 0 {
+		return c.breakerCooldown
+	}
+	return DefaultBreakerCooldown
 }
 
 // RedisErr returns nil when the last probe found every master answering,

@@ -1,7 +1,7 @@
 // Package grpcapi is ruled's gRPC interface: Envoy's rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), so that
 // Envoy's ratelimit filter can ask ruled directly, and the standard gRPC
-// health service. Like httpapi, it knows the engine's types and nothing
+// health service, which follows the daemon's readiness (Health). Like httpapi, it knows the engine's types and nothing
 // about rules, plugins or Redis.
 //
 // # Mapping
@@ -63,7 +63,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -108,10 +107,15 @@ type Checker interface {
 }
 
 // NewServer returns a gRPC server with the rate limit service and the
-// standard health service (reporting SERVING) registered. opts are passed
-// to grpc.NewServer.
-func NewServer(c Checker, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
-	return NewServerWith(c, log, ServiceOptions{}, opts...)
+// health service h registered; o tunes the rate limit service. opts are
+// passed to grpc.NewServer.
+func NewServer(c Checker, h *Health, log *slog.Logger, o ServiceOptions, opts ...grpc.ServerOption) *grpc.Server {
+	s := grpc.NewServer(opts...)
+	svc := NewRateLimitService(c, log)
+	svc.refuseRefunds = o.RefuseRefunds
+	rlsv3.RegisterRateLimitServiceServer(s, svc)
+	healthpb.RegisterHealthServer(s, h)
+	return s
 }
 
 // ServiceOptions tune the rate limit service.
@@ -120,16 +124,6 @@ type ServiceOptions struct {
 	// (PermissionDenied): gRPC has no admin token, so serve
 	// --client-refunds=admin or deny sets it.
 	RefuseRefunds bool
-}
-
-// NewServerWith is NewServer with the service's options o.
-func NewServerWith(c Checker, log *slog.Logger, o ServiceOptions, opts ...grpc.ServerOption) *grpc.Server {
-	s := grpc.NewServer(opts...)
-	svc := NewRateLimitService(c, log)
-	svc.refuseRefunds = o.RefuseRefunds
-	rlsv3.RegisterRateLimitServiceServer(s, svc)
-	healthpb.RegisterHealthServer(s, health.NewServer())
-	return s
 }
 
 // Register adds the rate limit service to s.

@@ -2,6 +2,7 @@ package grpcapi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +50,9 @@ type fixture struct {
 	engine *host.Engine
 	rls    rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
+	health *grpcapi.Health
+	// notReady is what the health service's readiness says; nil: ready.
+	notReady atomic.Pointer[error]
 }
 
 // newFixture serves the rate limit service of a real engine on a real
@@ -81,15 +86,24 @@ func newFixtureOf(t *testing.T, timeout time.Duration, rules string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpcapi.NewServer(e, nil)
+	f := &fixture{redis: rs, engine: e, health: grpcapi.NewHealth(nil)}
+	srv := grpcapi.NewServer(e, f.health, nil, grpcapi.ServiceOptions{})
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.GracefulStop)
+	ctx, cancel := context.WithCancel(context.Background())
+	go f.health.Follow(ctx, func(context.Context) error {
+		if err := f.notReady.Load(); err != nil {
+			return *err
+		}
+		return nil
+	}, 10*time.Millisecond)
+	t.Cleanup(func() { cancel(); f.health.EndWatches(); srv.GracefulStop() })
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &fixture{redis: rs, engine: e, rls: rlsv3.NewRateLimitServiceClient(conn), conn: conn}
+	f.rls, f.conn = rlsv3.NewRateLimitServiceClient(conn), conn
+	return f
 }
 
 func descriptor(kv ...string) *rlcommonv3.RateLimitDescriptor {
@@ -291,11 +305,84 @@ func TestHitsAddend(t *testing.T) {
 	}
 }
 
+// TestHealthService: the health service's "" and rate limit service
+// follow readiness, on Check and on Watch streams, and Shutdown makes them
+// NOT_SERVING for good; EndWatches ends the Watch streams.
 func TestHealthService(t *testing.T) {
 	f := newFixture(t)
-	resp, err := healthpb.NewHealthClient(f.conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
-	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health: %v %v", resp, err)
+	hc := healthpb.NewHealthClient(f.conn)
+	names := []string{"", grpcapi.RateLimitServiceName}
+	if grpcapi.RateLimitServiceName != "envoy.service.ratelimit.v3.RateLimitService" {
+		t.Fatalf("RateLimitServiceName %q", grpcapi.RateLimitServiceName)
+	}
+	// checkIs polls Check until every service reports want.
+	checkIs := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for _, name := range names {
+			var got any
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+				if err == nil && resp.Status == want {
+					break
+				}
+				got = fmt.Sprint(resp, err)
+				if time.Now().After(deadline) {
+					t.Fatalf("Check(%q): %v, want %v within 5s", name, got, want)
+				}
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watches := map[string]healthpb.Health_WatchClient{}
+	for _, name := range names {
+		w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watches[name] = w
+	}
+	// watchIs reads each Watch stream until it reports want.
+	watchIs := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for name, w := range watches {
+			for {
+				resp, err := w.Recv()
+				if err != nil {
+					t.Fatalf("Watch(%q): %v, want %v", name, err, want)
+				}
+				if resp.Status == want {
+					break
+				}
+			}
+		}
+	}
+	checkIs(healthpb.HealthCheckResponse_SERVING)
+	watchIs(healthpb.HealthCheckResponse_SERVING)
+	down := errors.New("redis down")
+	f.notReady.Store(&down)
+	checkIs(healthpb.HealthCheckResponse_NOT_SERVING)
+	watchIs(healthpb.HealthCheckResponse_NOT_SERVING)
+	f.notReady.Store(nil)
+	checkIs(healthpb.HealthCheckResponse_SERVING)
+	watchIs(healthpb.HealthCheckResponse_SERVING)
+
+	f.health.Shutdown()
+	checkIs(healthpb.HealthCheckResponse_NOT_SERVING)
+	watchIs(healthpb.HealthCheckResponse_NOT_SERVING)
+	time.Sleep(50 * time.Millisecond) // Follow, still running, finds the daemon ready
+	checkIs(healthpb.HealthCheckResponse_NOT_SERVING)
+	f.health.EndWatches()
+	for name, w := range watches {
+		for i := 0; ; i++ {
+			resp, err := w.Recv()
+			if err != nil {
+				break
+			}
+			if resp.Status != healthpb.HealthCheckResponse_NOT_SERVING || i == 3 {
+				t.Fatalf("Watch(%q) after EndWatches: %v, want at most a last NOT_SERVING and the stream ended", name, resp)
+			}
+		}
 	}
 }
 
@@ -405,7 +492,7 @@ func TestRefusedRefunds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpcapi.NewServerWith(f.engine, nil, grpcapi.ServiceOptions{RefuseRefunds: true})
+	srv := grpcapi.NewServer(f.engine, grpcapi.NewHealth(nil), nil, grpcapi.ServiceOptions{RefuseRefunds: true})
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.GracefulStop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -11,6 +11,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"runtime"
 	"sync"
@@ -496,6 +497,21 @@ func (m *Metrics) RedisAvailable(up bool) {
 	} else {
 		m.redisUp.Set(0)
 	}
+}
+
+// TLSCertificate reports the served TLS certificate's NotAfter, as
+// notAfter returns it at each scrape, as the gauge
+// ruled_tls_certificate_expiry_seconds (Unix seconds). Call it once, when
+// TLS is on; a second call is an error.
+func (m *Metrics) TLSCertificate(notAfter func() time.Time) error {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ruled_tls_certificate_expiry_seconds",
+		Help: "Unix time at which the served TLS certificate expires (its NotAfter); present only with TLS on.",
+	}, func() float64 { return float64(notAfter().Unix()) })
+	if err := m.reg.Register(g); err != nil {
+		return fmt.Errorf("metrics: ruled_tls_certificate_expiry_seconds: %w", err)
+	}
+	return nil
 }
 
 // RegisterPool reports a pooled plugin's instances as

@@ -5,6 +5,7 @@
 package tlsconfig
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // MinVersion is the oldest TLS version the servers accept.
@@ -29,7 +31,7 @@ type Files struct {
 // Its methods are safe for concurrent use.
 type Reloader struct {
 	files Files
-	mu    sync.Mutex // serialises Reload
+	mu    sync.Mutex // serialises the stores of Reload
 	cur   atomic.Pointer[material]
 }
 
@@ -44,32 +46,64 @@ type material struct {
 }
 
 // New loads the files and returns a Reloader serving them. A missing or
-// invalid file is an error.
-func New(f Files) (*Reloader, error) {
+// invalid file is an error, and so is a certificate that is not valid now
+// (expired, or not valid yet) or that does not match the key.
+func New(ctx context.Context, f Files) (*Reloader, error) {
 	if f.Cert == "" || f.Key == "" {
 		return nil, errors.New("tls: a certificate and a key are both required")
 	}
 	r := &Reloader{files: f}
-	if err := r.Reload(); err != nil {
+	if err := r.Reload(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// Reload reads the files again. On success new handshakes use what it read;
-// on error nothing changes and the previous key pair and CA pool still serve.
-func (r *Reloader) Reload() error {
+// Reload reads the files again, within ctx. On success new handshakes use
+// what it read; on error (New's, or ctx ending first) nothing changes and
+// the previous key pair and CA pool still serve. A read that does not end
+// (a FIFO nobody writes) is left behind when ctx ends, and what it reads
+// is dropped.
+func (r *Reloader) Reload(ctx context.Context) error {
+	type loaded struct {
+		m   *material
+		err error
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		m, err := load(r.files, time.Now())
+		done <- loaded{m, err}
+	}()
+	var l loaded
+	select {
+	case l = <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("tls: reading %s, %s: %w", r.files.Cert, r.files.Key, context.Cause(ctx))
+	}
+	if l.err != nil {
+		return l.err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m, err := load(r.files)
-	if err != nil {
-		return err
-	}
-	r.cur.Store(m)
+	r.cur.Store(l.m)
 	return nil
 }
 
-func load(f Files) (*material, error) {
+// ValidAt returns nil when leaf, read from file, is valid at now, else an
+// error that says which file, its NotBefore or NotAfter, and now.
+func ValidAt(file string, leaf *x509.Certificate, now time.Time) error {
+	const layout = time.RFC3339
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("tls: certificate %s expired: NotAfter %s, now %s", file, leaf.NotAfter.UTC().Format(layout), now.UTC().Format(layout))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("tls: certificate %s is not valid yet: NotBefore %s, now %s", file, leaf.NotBefore.UTC().Format(layout), now.UTC().Format(layout))
+	}
+	return nil
+}
+
+// load reads the files and checks that the leaf is valid at now.
+func load(f Files, now time.Time) (*material, error) {
 	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
 		return nil, fmt.Errorf("tls: key pair %s, %s: %w", f.Cert, f.Key, err)
@@ -78,6 +112,9 @@ func load(f Files) (*material, error) {
 		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
 			return nil, fmt.Errorf("tls: certificate %s: %w", f.Cert, err)
 		}
+	}
+	if err := ValidAt(f.Cert, cert.Leaf, now); err != nil {
+		return nil, err
 	}
 	m := &material{cert: cert, tickets: &tls.Config{}}
 	if f.ClientCA != "" {

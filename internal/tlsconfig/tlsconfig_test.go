@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,7 +73,7 @@ func clientConfig(ca *tlstest.CA, certs ...tls.Certificate) *tls.Config {
 func newReloader(t *testing.T, dir string, pair tlstest.Pair, clientCA string) *tlsconfig.Reloader {
 	t.Helper()
 	certFile, keyFile := pair.Write(t, dir, "server")
-	r, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile, ClientCA: clientCA})
+	r, err := tlsconfig.New(context.Background(), tlsconfig.Files{Cert: certFile, Key: keyFile, ClientCA: clientCA})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,7 @@ func TestReloadServesTheNewPairAndKeepsTheOldOnError(t *testing.T) {
 	ca := tlstest.NewCA(t, "test CA")
 	first := ca.Server(t)
 	certFile, keyFile := first.Write(t, dir, "server")
-	r, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile})
+	r, err := tlsconfig.New(context.Background(), tlsconfig.Files{Cert: certFile, Key: keyFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func TestReloadServesTheNewPairAndKeepsTheOldOnError(t *testing.T) {
 	if got := serialNow(); got != first.Cert.SerialNumber.String() {
 		t.Fatalf("serial %s before Reload, want the first %s", got, first.Cert.SerialNumber)
 	}
-	if err := r.Reload(); err != nil {
+	if err := r.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := serialNow(); got != second.Cert.SerialNumber.String() {
@@ -121,7 +123,7 @@ func TestReloadServesTheNewPairAndKeepsTheOldOnError(t *testing.T) {
 	if err := os.WriteFile(certFile, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), certFile) {
+	if err := r.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), certFile) {
 		t.Fatalf("Reload of garbage: %v, want an error naming %s", err, certFile)
 	}
 	if got := serialNow(); got != second.Cert.SerialNumber.String() {
@@ -131,7 +133,7 @@ func TestReloadServesTheNewPairAndKeepsTheOldOnError(t *testing.T) {
 	if err := os.WriteFile(certFile, third.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Reload(); err == nil {
+	if err := r.Reload(context.Background()); err == nil {
 		t.Fatal("Reload of a certificate with another key's file succeeded")
 	}
 	if got := serialNow(); got != second.Cert.SerialNumber.String() {
@@ -142,7 +144,7 @@ func TestReloadServesTheNewPairAndKeepsTheOldOnError(t *testing.T) {
 	if err := os.Remove(keyFile); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), keyFile) {
+	if err := r.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), keyFile) {
 		t.Fatalf("Reload without the key file: %v, want an error naming %s", err, keyFile)
 	}
 	if got := serialNow(); got != second.Cert.SerialNumber.String() {
@@ -172,7 +174,7 @@ func TestClientCAIsRequiredAndReloaded(t *testing.T) {
 	}
 
 	clientsB.WriteCA(t, dir, "clients.pem")
-	if err := r.Reload(); err != nil {
+	if err := r.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := dial(t, addr, clientConfig(ca, fromA)); err == nil {
@@ -186,7 +188,7 @@ func TestClientCAIsRequiredAndReloaded(t *testing.T) {
 	if err := os.WriteFile(caFile, []byte("\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+	if err := r.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Fatalf("Reload of an empty bundle: %v", err)
 	}
 	if _, err := dial(t, addr, clientConfig(ca, fromB)); err != nil {
@@ -219,7 +221,7 @@ func TestResumptionDoesNotOutliveTheClientCA(t *testing.T) {
 		t.Fatal("the session was not resumed: the test proves nothing")
 	}
 	tlstest.NewCA(t, "clients B").WriteCA(t, dir, "clients.pem")
-	if err := r.Reload(); err != nil {
+	if err := r.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := dial(t, addr, cfg); err == nil {
@@ -276,13 +278,13 @@ func TestNewRefusesMissingOrBadFiles(t *testing.T) {
 		{"key as CA", tlsconfig.Files{Cert: certFile, Key: keyFile, ClientCA: keyFile}, "no PEM certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tlsconfig.New(tc.files)
+			_, err := tlsconfig.New(context.Background(), tc.files)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("New: %v, want an error with %q", err, tc.want)
 			}
 		})
 	}
-	if _, err := tlsconfig.New(tlsconfig.Files{Cert: certFile, Key: keyFile}); err != nil {
+	if _, err := tlsconfig.New(context.Background(), tlsconfig.Files{Cert: certFile, Key: keyFile}); err != nil {
 		t.Fatalf("New with good files: %v", err)
 	}
 }
@@ -311,7 +313,7 @@ func TestReloadEndsSessionResumption(t *testing.T) {
 		}
 		next := ca.Server(t)
 		next.Write(t, dir, "server")
-		if err := r.Reload(); err != nil {
+		if err := r.Reload(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		st, err := dial(t, addr, cfg)
@@ -359,5 +361,91 @@ func TestServesTheChain(t *testing.T) {
 	}
 	if len(st.PeerCertificates) != 2 || st.PeerCertificates[0].SerialNumber.Cmp(server.Cert.SerialNumber) != 0 {
 		t.Fatalf("server sent %d certificates, want the leaf then the intermediate", len(st.PeerCertificates))
+	}
+}
+
+// TestRefusesCertificatesNotValidNow: an expired certificate and one not
+// valid yet are refused by New, with the file, the bound and now in the
+// error, and by Reload, which keeps the pair that serves.
+func TestRefusesCertificatesNotValidNow(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "ruled test CA")
+	now := time.Now()
+	expired := ca.ServerValid(t, now.Add(-48*time.Hour), now.Add(-time.Hour))
+	future := ca.ServerValid(t, now.Add(time.Hour), now.Add(48*time.Hour))
+	for _, tc := range []struct {
+		name string
+		pair tlstest.Pair
+		want []string
+	}{
+		{"expired", expired, []string{"expired", "NotAfter " + expired.Cert.NotAfter.UTC().Format(time.RFC3339), "now "}},
+		{"not valid yet", future, []string{"not valid yet", "NotBefore " + future.Cert.NotBefore.UTC().Format(time.RFC3339), "now "}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			certFile, keyFile := tc.pair.Write(t, dir, tc.name)
+			_, err := tlsconfig.New(context.Background(), tlsconfig.Files{Cert: certFile, Key: keyFile})
+			if err == nil {
+				t.Fatal("New accepted it")
+			}
+			for _, w := range append(tc.want, certFile) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New: %v, lacks %q", err, w)
+				}
+			}
+			good := ca.Server(t)
+			good.Write(t, dir, tc.name)
+			r, err := tlsconfig.New(context.Background(), tlsconfig.Files{Cert: certFile, Key: keyFile})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.pair.Write(t, dir, tc.name)
+			if err := r.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want[0]) {
+				t.Fatalf("Reload: %v, want %q", err, tc.want[0])
+			}
+			if r.Leaf().SerialNumber.Cmp(good.Cert.SerialNumber) != 0 {
+				t.Fatal("Reload of a refused certificate replaced the one that serves")
+			}
+		})
+	}
+}
+
+// TestReloadGivesUpOnABlockedRead: with the certificate path a FIFO nobody
+// writes, Reload returns when its context ends, and the pair that served
+// still serves.
+func TestReloadGivesUpOnABlockedRead(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "ruled test CA")
+	first := ca.Server(t)
+	certFile, keyFile := first.Write(t, dir, "server")
+	r, err := tlsconfig.New(context.Background(), tlsconfig.Files{Cert: certFile, Key: keyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(certFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(certFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever happens, let the abandoned read end with the test.
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(certFile, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() { returned <- r.Reload(ctx) }()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), certFile) {
+			t.Fatalf("Reload: %v, want the deadline and %s", err, certFile)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Reload still blocked 10s after its context ended")
+	}
+	if r.Leaf().SerialNumber.Cmp(first.Cert.SerialNumber) != 0 {
+		t.Fatal("the pair that served was replaced")
 	}
 }

@@ -95,14 +95,24 @@ func (ca *CA) WriteCA(t testing.TB, dir, name string) string {
 	return write(t, filepath.Join(dir, name), ca.PEM())
 }
 
-// Server issues a server certificate for localhost, 127.0.0.1 and ::1.
+// Server issues a server certificate for localhost, 127.0.0.1 and ::1,
+// valid from an hour ago for a day.
 func (ca *CA) Server(t testing.TB) Pair {
+	t.Helper()
+	return ca.ServerValid(t, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// ServerValid is Server with the validity notBefore to notAfter: in the
+// past for an expired certificate, in the future for one not valid yet.
+func (ca *CA) ServerValid(t testing.TB, notBefore, notAfter time.Time) Pair {
 	t.Helper()
 	return ca.issue(t, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "localhost"},
 		DNSNames:    []string{"localhost"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		NotBefore:   notBefore,
+		NotAfter:    notAfter,
 	})
 }
 
@@ -119,8 +129,12 @@ func (ca *CA) issue(t testing.TB, tmpl *x509.Certificate) Pair {
 	t.Helper()
 	key := newKey(t)
 	tmpl.SerialNumber = serial(t)
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	if tmpl.NotBefore.IsZero() {
+		tmpl.NotBefore = time.Now().Add(-time.Hour)
+	}
+	if tmpl.NotAfter.IsZero() {
+		tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
