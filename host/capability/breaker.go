@@ -35,6 +35,8 @@ type breaker struct {
 	openUntil   atomic.Int64 // unix nanoseconds; 0 when closed
 	probing     atomic.Bool
 	mu          sync.Mutex // serialises state changes and their callbacks
+
+	outage outage // calls to the master that found it unavailable, none answered since
 }
 
 func newBreaker(failures int, cooldown time.Duration, onChange func(bool)) *breaker {

@@ -96,7 +96,6 @@ type Capability struct {
 	holdKeys  bool // Options.HoldKeys
 	breaker   *breaker
 	health    health // what Probe found
-	outage    outage // calls that found Redis unavailable, none answered since
 	observe   func(plugin, script, node string, took time.Duration, err error)
 
 	acl      *provisioner // nil when isolation is off
@@ -596,7 +595,7 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 		// to the promoted replica as soon as there is one.
 		p.cap.reloadSlots(p.client)
 		err := &Error{Class: ClassConnection, Plugin: p.name, Script: script, Err: ErrCircuitOpen}
-		p.cap.outage.failed(br.node, err)
+		br.outage.failed(br.node, err)
 		p.cap.observe(p.name, script, br.node, 0, err)
 		return sdk.Reply{}, err
 	}
@@ -650,15 +649,15 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 		}
 		br.record(unavailable, probe)
 		if unavailable {
-			p.cap.outage.failed(br.node, err)
+			br.outage.failed(br.node, err)
 		} else if !Unavailable(err) {
-			p.cap.outage.answered() // Redis answered, with an error
+			br.outage.answered() // Redis answered, with an error
 		}
 		p.cap.observe(p.name, script, br.node, time.Since(start), err)
 		return sdk.Reply{}, err
 	}
 	br.record(false, probe)
-	p.cap.outage.answered()
+	br.outage.answered()
 	reply := sdk.NewReply(v)
 	if s.returns != nil {
 		if err := s.returns.Check(reply); err != nil {

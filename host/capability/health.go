@@ -277,15 +277,13 @@ func (c *Capability) Nodes() []NodeHealth {
 }
 
 // ReadyErr returns nil when some decisions can be made normally: the last
-// probe found a master answering, with isolation on the plugin users are
-// set up on it, and calls have not found Redis unavailable (time-outs,
-// connection failures, an open circuit) for longer than the breaker's
-// cooldown with none answered since (the last such call in the last
-// second). Else it says why not.
+// probe found a master answering whose calls have not found it unavailable
+// (time-outs, connection failures, an open circuit) for longer than the
+// breaker's cooldown with none answered since (the last such call in the
+// last second), and with isolation on the plugin users are set up on it.
+// Else it says why not. On a Cluster, one master's outage leaves the
+// instance ready: the others decide normally.
 func (c *Capability) ReadyErr() error {
-	if err := c.outage.err(time.Now(), c.breakerWindow()); err != nil {
-		return err
-	}
 	c.health.mu.Lock()
 	var up []string
 	for addr, nh := range c.health.nodes {
@@ -300,6 +298,22 @@ func (c *Capability) ReadyErr() error {
 			err = errNotProbed
 		}
 		return err
+	}
+	now, window := time.Now(), c.breakerWindow()
+	var outageErr error
+	up = slices.DeleteFunc(up, func(addr string) bool {
+		b := c.breakerOf(addr)
+		if b == nil {
+			return false
+		}
+		err := b.outage.err(now, window)
+		if err != nil && outageErr == nil {
+			outageErr = err
+		}
+		return err != nil
+	})
+	if len(up) == 0 {
+		return outageErr
 	}
 	if c.acl == nil {
 		return nil
