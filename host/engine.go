@@ -282,7 +282,8 @@ type Engine struct {
 	local       *local.Limiters
 	localInUse  atomic.Bool   // local limiters decided since Redis last answered
 	clusterSize atomic.Int64  // live ruled instances, as last seen in Redis
-	logGate     *lograte.Gate // rate-limits warnings a client or an outage can set off, per kind and rule
+	degradedLog *lograte.Gate // rate-limits "decision degraded" warnings, per rule
+	warnLog     *lograte.Gate // rate-limits the other warnings a request can set off, per message and rule
 	leases      *leases
 	leaseKey    leaseKey         // the fleet's lease key, cached
 	timeout     time.Duration    // DecisionTimeout
@@ -347,7 +348,7 @@ func NewEngine(o Options) (*Engine, error) {
 	if o.Capability == nil {
 		return nil, errors.New("host: engine needs a capability")
 	}
-	e := &Engine{logGate: lograte.NewGate(gatedLogEvery), cap: o.Capability, log: o.Logger, builtins: map[string]*plugin{}, loadPlugin: o.LoadPlugin, loaded: map[string]*plugin{},
+	e := &Engine{degradedLog: lograte.NewGate(gatedLogEvery), warnLog: lograte.NewGate(gatedLogEvery), cap: o.Capability, log: o.Logger, builtins: map[string]*plugin{}, loadPlugin: o.LoadPlugin, loaded: map[string]*plugin{},
 		deny: local.NewDenyCache(o.DenyCacheSize, o.Now), local: local.NewLimiters(), obs: o.Observer, leases: newLeases(), now: o.Now}
 	if e.now == nil {
 		e.now = time.Now
@@ -914,7 +915,7 @@ func (e *Engine) logDegraded(rule *rules.Rule, rr *RuleResult, err error) {
 	// At most one WARN line per rule every gatedLogEvery; the others go
 	// to DEBUG and are counted in the next WARN line.
 	lv, suppressed := slog.LevelDebug, int64(0)
-	if warn, n := e.logGate.Allow("decision degraded\x00"+rule.Name, time.Now()); warn {
+	if warn, n := e.degradedLog.Allow(rule.Name, time.Now()); warn {
 		lv, suppressed = slog.LevelWarn, n
 	} else if !e.log.Enabled(context.Background(), slog.LevelDebug) {
 		return

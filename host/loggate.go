@@ -16,7 +16,7 @@ const gatedLogEvery = 10 * time.Second
 // for that message and rule, with the count of the lines held back since
 // the last one ("suppressed").
 func (e *Engine) warnGated(msg, rule string, args ...any) {
-	ok, n := e.logGate.Allow(msg+"\x00"+rule, time.Now())
+	ok, n := e.warnLog.Allow(msg+"\x00"+rule, time.Now())
 	if !ok {
 		return
 	}

@@ -37,13 +37,14 @@ directory.
   --run REGEXP      run only the cases whose name matches (env RULED_RUN)
   --format FORMAT   text (the default): one line a case, failures below it; json: one
                     object (env RULED_FORMAT):
-                      {"ok", "passed", "failed",
+                      {"ok", "passed", "failed", "interrupted",
                        "files": [{"file", "rules", "errors": [ruled check's errors],
                                   "cases": [{"name", "line", "passed", "checks", "error",
                                              "failures": [{"file", "line", "col", "step",
                                                            "check", "at", "rule", "field",
                                                            "want", "got", "message"}]}]}]}
-                    error is why a case stopped before its end (Redis failed), else "".
+                    error is why a case stopped before its end (Redis failed, a signal), else "";
+                    interrupted is true when SIGINT or SIGTERM stopped the run.
 
 Without --redis, decisions come from the reference models of the built-in plugins, in
 process and instantly; rules that use a third-party plugin need --redis. Either way every

@@ -320,9 +320,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		tctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 		reloadTLS(tctx, certs, log) // new handshakes on both listeners; open connections keep theirs
 		cancel()
-		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
-		_, _ = engine.ReloadFrom(rctx, "SIGHUP")
-		cancel()
+		_, _ = engine.ReloadFrom(ctx, "SIGHUP") // reading the rule files is bounded by host.ReadTimeout
 	}}
 	for {
 		select {
@@ -350,11 +348,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 type adminAPI struct{ *host.Engine }
 
 // Reload implements httpapi.Admin.
-func (a adminAPI) Reload() (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
-	defer cancel()
-	return a.ReloadFrom(ctx, "admin API")
-}
+func (a adminAPI) Reload() (int, error) { return a.ReloadFrom(context.Background(), "admin API") }
 
 // hupReloads runs the reloads SIGHUP asks for, one at a time, off the
 // signal loop. A SIGHUP while one runs queues one more (several queue one)

@@ -26,9 +26,9 @@ func tlsFiles(c serveConfig) (f tlsconfig.Files, ok bool, err error) {
 	return tlsconfig.Files{Cert: c.tlsCert, Key: c.tlsKey, ClientCA: c.tlsClientCA}, true, nil
 }
 
-// reloadTimeout bounds each reading of the TLS files, and of the rule
-// files, on SIGHUP: a file that blocks on read (a FIFO nobody writes)
-// fails that reload and the files read before keep serving.
+// reloadTimeout bounds each reading of the TLS files, as host.ReadTimeout
+// bounds the rule files': a file that blocks on read (a FIFO nobody
+// writes) fails that reload and the files read before keep serving.
 const reloadTimeout = 10 * time.Second
 
 // expiryWarning is how long before the served certificate expires ruled

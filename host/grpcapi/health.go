@@ -22,7 +22,7 @@ const DefaultHealthEvery = 250 * time.Millisecond
 // Health is the standard gRPC health service (Check and Watch) for the
 // overall server ("") and RateLimitServiceName. Both report SERVING while
 // the daemon is ready (Follow) and NOT_SERVING otherwise, and for good once
-// Shutdown was called. Its methods are safe for concurrent use.
+// Shutdown (health.Server's) was called, whatever Follow finds. Its methods are safe for concurrent use.
 type Health struct {
 	*health.Server
 	log *slog.Logger
@@ -90,10 +90,6 @@ func (h *Health) Follow(ctx context.Context, ready func(context.Context) error, 
 		}
 	}
 }
-
-// Shutdown reports NOT_SERVING for every service from now on, whatever
-// Follow finds: the daemon is stopping.
-func (h *Health) Shutdown() { h.Server.Shutdown() }
 
 // EndWatches ends every Watch stream, open or to come, so that a graceful
 // stop does not wait on them; call it after Shutdown, once the watchers

@@ -39,14 +39,20 @@ func bearerToken(header string) (string, bool) {
 	return strings.TrimLeft(token, " "), true
 }
 
+// hasToken reports whether r carries token as its bearer token (compared
+// in constant time); never for an empty token.
+func hasToken(r *http.Request, token string) bool {
+	got, ok := bearerToken(r.Header.Get("Authorization"))
+	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
 // mountAdmin adds the admin endpoints, each behind the bearer token. With
 // no token only the read-only ones are mounted, for loopback requests only
 // (Options.LoopbackStatus).
 func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) any) {
 	guard := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			got, ok := bearerToken(r.Header.Get("Authorization"))
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			if !hasToken(r, token) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="ruled admin"`)
 				writeError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "admin endpoints need Authorization: Bearer <admin token>"})
 				return

@@ -541,6 +541,8 @@ func TestOpenAPIDescribesLiveAnswers(t *testing.T) {
 		body: `{"returns": [{"request": {"user": "leaser"}, "attrs": {"tenant": "acme"}, "lease": "` + lease.Lease + `", "unused": 3}]}`})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "!!.!!", "unused": 1}]}`, want: http.StatusBadRequest})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "e30.e30", "unused": 1}]}`, want: http.StatusForbidden})
+	v.call(t, liveCall{base: down, method: "POST", path: "/v1/lease/return", want: http.StatusServiceUnavailable, // it never read the lease key
+		body: `{"returns": [{"request": {"user": "leaser"}, "attrs": {"tenant": "acme"}, "lease": "` + lease.Lease + `", "unused": 3}]}`})
 
 	// Refunds under --client-refunds=admin: refused without the token.
 	refundIP := nextIP()

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"crypto/subtle"
 	"fmt"
 	"net/http"
 )
@@ -52,8 +51,7 @@ func (s *Server) refundRefused(r *http.Request, what string) *Error {
 	case RefundsAllow:
 		return nil
 	case RefundsAdmin:
-		got, ok := bearerToken(r.Header.Get("Authorization"))
-		if s.adminToken != "" && ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.adminToken)) == 1 {
+		if hasToken(r, s.adminToken) {
 			return nil
 		}
 		return &Error{Status: http.StatusForbidden, Code: "refunds_refused",

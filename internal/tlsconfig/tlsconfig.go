@@ -89,9 +89,9 @@ func (r *Reloader) Reload(ctx context.Context) error {
 	return nil
 }
 
-// ValidAt returns nil when leaf, read from file, is valid at now, else an
+// validAt returns nil when leaf, read from file, is valid at now, else an
 // error that says which file, its NotBefore or NotAfter, and now.
-func ValidAt(file string, leaf *x509.Certificate, now time.Time) error {
+func validAt(file string, leaf *x509.Certificate, now time.Time) error {
 	const layout = time.RFC3339
 	switch {
 	case now.After(leaf.NotAfter):
@@ -113,7 +113,7 @@ func load(f Files, now time.Time) (*material, error) {
 			return nil, fmt.Errorf("tls: certificate %s: %w", f.Cert, err)
 		}
 	}
-	if err := ValidAt(f.Cert, cert.Leaf, now); err != nil {
+	if err := validAt(f.Cert, cert.Leaf, now); err != nil {
 		return nil, err
 	}
 	m := &material{cert: cert, tickets: &tls.Config{}}
