@@ -46,7 +46,7 @@ func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
 			req = &peek
 		}
 		res := &out[i]
-		e.decideAll(ctx, b, g, sels[i], req, res)
+		decideRules(ctx, g, b, checkMode, sels[i], req, res)
 		e.observeDecisions(res)
 		allowed = allowed && res.Allowed
 		if res.Allowed || over {
@@ -54,7 +54,7 @@ func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
 		}
 		over = true
 		for j := range i {
-			e.refund(ctx, b, g, sels[j], out[j].Results, 0, reqs[j].DedupID, reqs[j].Attrs)
+			refundRules(ctx, g, b, sels[j], out[j].Results, 0, reqs[j].DedupID, reqs[j].Attrs)
 		}
 		if res.BadRequest != nil {
 			break

@@ -8,9 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ruled-dev/ruled/host/local"
 	"github.com/ruled-dev/ruled/rules"
-	"github.com/ruled-dev/ruled/sdk"
 )
 
 // ClientLeaseTTL bounds how long a client may grant leased permits after it
@@ -157,37 +155,17 @@ func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, err
 			out.MaxPermits = min(out.MaxPermits, sel.Rule.Lease)
 		}
 	}
-	out.Permits = min(req.Permits, out.MaxPermits)
-	out.Results = make([]RuleResult, 0, len(sels))
-	for _, sel := range sels {
-		rule := sel.Rule
-		// As for any best-effort request (decide): the plugin must see the
-		// permits this instance leases as unused, and a cached denial of
-		// the subject may no longer hold after the grant.
-		key := local.Key{Rule: rule.Name, Subject: sel.Subject}
-		e.returnLease(ctx, b, key)
-		e.deny.Forget(key)
-		fill := sdk.Request{Subject: sel.Subject, Hits: out.Permits, BestEffort: true, Attrs: req.Attrs}
-		d, err := safeDecide(ctx, b, g.plugins[rule.Plugin], rule.Name, sel.Config, fill)
-		if err != nil {
-			e.refund(ctx, b, g, sels, out.Results, 0, "", req.Attrs)
-			return ClientLease{}, fmt.Errorf("lease: rule %s (plugin %s): %w", rule.Name, rule.Plugin, err)
-		}
-		d.Granted = min(max(d.Granted, 0), out.Permits)
-		if !d.Allowed {
-			d.Granted = 0
-		}
-		out.Results = append(out.Results, RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow, Decision: d})
-		if rule.Shadow || d.Granted >= out.Permits {
-			continue
-		}
-		out.Permits = d.Granted
-		if out.Permits == 0 {
-			out.RetryAfter, out.DenyFirm = d.RetryAfter, rule.DenyCache
-			break
-		}
+	ask := CheckRequest{Request: req.Request, Attrs: req.Attrs, Hits: min(req.Permits, out.MaxPermits), BestEffort: true}
+	var res Result
+	permits, err := decideRules(ctx, g, b, leaseMode, sels, &ask, &res)
+	if err != nil {
+		return ClientLease{}, fmt.Errorf("lease: %w", err)
 	}
-	e.refund(ctx, b, g, sels, out.Results, out.Permits, "", req.Attrs)
+	out.Permits, out.Results = permits, res.Results
+	if permits == 0 && len(res.Results) > 0 {
+		// The last rule decided is the one that granted nothing.
+		out.RetryAfter, out.DenyFirm = res.RetryAfter, sels[len(res.Results)-1].Rule.DenyCache
+	}
 	for _, rr := range out.Results {
 		if rr.Reset > 0 {
 			out.TTL = min(out.TTL, rr.Reset)

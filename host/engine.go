@@ -320,6 +320,7 @@ type plugin struct {
 // generation is one loaded rule set and the plugins its rules resolve to.
 // A check runs on one generation from start to end.
 type generation struct {
+	engine  *Engine
 	set     *rules.Set
 	plugins map[string]*plugin
 }
@@ -349,7 +350,7 @@ func NewEngine(o Options) (*Engine, error) {
 		return nil, errors.New("host: engine needs a capability")
 	}
 	e := &Engine{degradedLog: lograte.NewGate(gatedLogEvery), warnLog: lograte.NewGate(gatedLogEvery), cap: o.Capability, log: o.Logger, builtins: map[string]*plugin{}, loadPlugin: o.LoadPlugin, loaded: map[string]*plugin{},
-		deny: local.NewDenyCache(o.DenyCacheSize, o.Now), local: local.NewLimiters(), obs: o.Observer, leases: newLeases(), now: o.Now}
+		deny: local.NewDenyCache(o.DenyCacheSize, o.Now), local: local.NewLimiters(local.MaxLimiters), obs: o.Observer, leases: newLeases(), now: o.Now}
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -377,7 +378,7 @@ func NewEngine(o Options) (*Engine, error) {
 		}
 		e.builtins[info.Name] = &plugin{alg: alg, reg: reg}
 	}
-	g := &generation{plugins: e.builtins}
+	g := &generation{engine: e, plugins: e.builtins}
 	empty, err := rules.Compile(&rules.Files{}, g)
 	if err != nil {
 		return nil, fmt.Errorf("host: empty rule set: %w", err)
@@ -463,7 +464,7 @@ func (e *Engine) compile(files *rules.Files, err error) (*generation, error) {
 	if files == nil {
 		return nil, err
 	}
-	g := &generation{plugins: make(map[string]*plugin, len(e.builtins))}
+	g := &generation{engine: e, plugins: make(map[string]*plugin, len(e.builtins))}
 	for name, p := range e.builtins {
 		g.plugins[name] = p
 	}
@@ -702,10 +703,14 @@ func (e *Engine) observe(res *Result, start time.Time) {
 	e.obs.Check(time.Since(start), res.Allowed)
 }
 
-// observeDecisions tells the observer of each rule's decision of a check.
+// observeDecisions tells the observer of each rule's decision of a check,
+// and logs those that degraded.
 func (e *Engine) observeDecisions(res *Result) {
 	for i := range res.Results {
 		rr := &res.Results[i]
+		if rr.Degraded != DegradedNone {
+			e.logDegraded(rr)
+		}
 		o := outcome(rr)
 		e.obs.Decision(rr.Rule, rr.Plugin, o, rr.cached)
 		if rr.detailed && e.subjectObs != nil {
@@ -731,27 +736,6 @@ func ShareDecisionTimeout(ctx context.Context, checker any) (context.Context, co
 	return ctx, func() {}
 }
 
-// budget is one check's time: the deadline that every plugin call of the
-// check shares, passed to the capability with each call (a deadline, not
-// a context: a check costs no timer of its own).
-type budget struct{ deadline time.Time }
-
-// newBudget returns the budget of a check that starts at start: timeout,
-// or less when ctx's deadline comes first.
-func newBudget(ctx context.Context, start time.Time, timeout time.Duration) budget {
-	b := budget{deadline: start.Add(timeout)}
-	if d, ok := ctx.Deadline(); ok && d.Before(b.deadline) {
-		b.deadline = d
-	}
-	return b
-}
-
-// minCallTime is the least time left in which a check still asks Redis.
-const minCallTime = time.Millisecond
-
-// spent reports whether the check has less than minCallTime left.
-func (b budget) spent() bool { return time.Until(b.deadline) < minCallTime }
-
 func (e *Engine) check(ctx context.Context, b budget, req *CheckRequest, res *Result) {
 	g := e.gen.Load()
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
@@ -762,166 +746,25 @@ func (e *Engine) check(ctx context.Context, b budget, req *CheckRequest, res *Re
 		*buf = sels[:0]
 		selections.Put(buf)
 	}()
-	e.decideAll(ctx, b, g, sels, req, res)
+	decideRules(ctx, g, b, checkMode, sels, req, res)
 }
 
-// decideAll decides one check whose rules matched as sels: in order,
-// until a non-shadow rule denies, when what the rules before it were
-// granted is refunded.
-func (e *Engine) decideAll(ctx context.Context, b budget, g *generation, sels []rules.Selection, req *CheckRequest, res *Result) {
-	*res = Result{Allowed: true, Results: res.Results[:0]}
-	for _, sel := range sels {
-		res.Results = append(res.Results, RuleResult{})
-		rr := &res.Results[len(res.Results)-1]
-		e.decide(ctx, b, g, sel, req, rr)
-		if rr.cancelled {
-			// Nobody waits for the answer: stop, and refund nothing (the
-			// grants before stand, the conservative side).
-			res.Allowed = false
-			break
-		}
-		if rr.Shadow || rr.Allowed {
-			continue
-		}
-		res.Allowed = false
-		if rr.badRequest() {
-			res.BadRequest = fmt.Errorf("rule %s (plugin %s): %w", rr.Rule, rr.Plugin, rr.Err)
-		}
-		res.RetryAfter = max(res.RetryAfter, rr.RetryAfter)
-		if rr.Degraded == DegradedDeny {
-			res.FailClosed = true
-		}
-		e.refund(ctx, b, g, sels, res.Results, 0, req.DedupID, req.Attrs)
-		break
-	}
-}
-
-func (e *Engine) decide(ctx context.Context, b budget, g *generation, sel rules.Selection, req *CheckRequest, rr *RuleResult) {
-	rule := sel.Rule
-	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow, detailed: rule.Detailed}
-	if rule.Exempt && sel.Err == nil {
-		rr.Allowed, rr.Exempt = true, true
-		return
-	}
-	if sel.Err != nil {
-		e.degrade(rr, sel, req, sel.Err)
-		return
-	}
-	key := local.Key{Rule: rule.Name, Subject: sel.Subject} // in the local caches
-	leased := !e.noShortcuts && leaseable(rule, req)
-	// A retry with a dedup_id is answered by the plugin, which knows it.
-	denyCached := !e.noShortcuts && rule.DenyCache && req.Hits > 0 && !req.BestEffort && req.DedupID == ""
-	if denyCached {
-		if d, ok := e.deny.Get(key, req.Hits); ok {
-			rr.Decision, rr.cached = d, true
-			return
-		}
-	}
-	if b.spent() {
-		e.degrade(rr, sel, req, &capability.Error{Class: capability.ClassTimeout, Plugin: rule.Plugin, Err: ErrDecisionTimeout})
-		return
-	}
-	var d sdk.Decision
-	var err error
-	if leased {
-		d, err = e.decideLeased(ctx, b, g.plugins[rule.Plugin], key, sel, req)
-	} else {
-		p := g.plugins[rule.Plugin]
-		if rule.Lease > 0 {
-			e.returnLease(ctx, b, key)
-		}
-		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
-		d, err = safeDecide(ctx, b, p, rule.Name, sel.Config, sreq)
-	}
-	if err != nil {
-		if sdk.IsBadRequest(err) {
-			rr.Err = err
-			return
-		}
-		if errors.Is(ctx.Err(), context.Canceled) {
-			rr.Err, rr.cancelled = err, true // the caller hung up: not an outage
-			return
-		}
-		e.degrade(rr, sel, req, err)
-		return
-	}
-	if rule.DenyCache && !denyCached {
-		// A request the cache does not answer (a refund, a retry, a best
-		// effort grant) may change what a cached denial says. (Get drops
-		// the entry for the requests it sends on.)
-		e.deny.Forget(key)
-	}
-	if e.localInUse.Load() && e.localInUse.CompareAndSwap(true, false) {
-		e.local.Reset() // Redis answers again and holds the truth
-	}
-	rr.Decision = d
-	if denyCached && !d.Allowed {
-		e.deny.Put(key, req.Hits, d)
-	}
-}
-
-// safeDecide runs a plugin's Decide, its Redis calls bounded by b, and
-// turns a panic into an error, so that a faulty plugin costs an error
-// decision, never the daemon.
-func safeDecide(ctx context.Context, b budget, p *plugin, rule string, cfg sdk.Config, r sdk.Request) (sdk.Decision, error) {
-	return safeRun(ctx, p, p.reg.HostUntil(rule, r.Subject, b.deadline), cfg, r)
-}
-
-// safeRun runs a plugin's Decide on host h and turns a panic into an
-// error.
-func safeRun(ctx context.Context, p *plugin, h sdk.Host, cfg sdk.Config, r sdk.Request) (d sdk.Decision, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("plugin %s panicked: %v", p.alg.Info().Name, v)
-		}
-	}()
-	return p.alg.Decide(ctx, h, cfg, r)
-}
-
-// degrade applies the rule's failure policy to a decision that failed:
-// deny, allow, or decide in-process at this instance's share of the limit.
-// A rule whose plugin cannot decide locally (or whose own evaluation
-// failed) falls back from local to allow.
-func (e *Engine) degrade(rr *RuleResult, sel rules.Selection, req *CheckRequest, err error) {
-	rule := sel.Rule
-	rr.Err = err
-	rr.Decision = sdk.Decision{}
-	if rule.OnError == rules.OnErrorDeny {
-		rr.Degraded = DegradedDeny
-		e.logDegraded(rule, rr, err)
-		return
-	}
-	if rule.OnError == rules.OnErrorLocal && sel.Err == nil {
-		share := 1 / float64(max(e.clusterSize.Load(), 1))
-		sreq := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
-		d, ok, lerr := e.local.Decide(rule.Name, rule.Algorithm(), sel.Config, share, sreq)
-		if ok && lerr == nil {
-			e.localInUse.Store(true)
-			rr.Decision, rr.Degraded = d, DegradedLocal
-			e.logDegraded(rule, rr, err)
-			return
-		}
-	}
-	rr.Degraded = DegradedAllow
-	rr.Allowed = true
-	rr.Granted = max(req.Hits, 0)
-	e.logDegraded(rule, rr, err)
-}
-
-func (e *Engine) logDegraded(rule *rules.Rule, rr *RuleResult, err error) {
-	if errors.Is(err, capability.ErrCircuitOpen) {
+// logDegraded logs a degraded decision: at most one WARN line per rule
+// every gatedLogEvery.
+func (e *Engine) logDegraded(rr *RuleResult) {
+	if errors.Is(rr.Err, capability.ErrCircuitOpen) {
 		return // logged once when the circuit opened
 	}
 	// At most one WARN line per rule every gatedLogEvery; the others go
 	// to DEBUG and are counted in the next WARN line.
 	lv, suppressed := slog.LevelDebug, int64(0)
-	if warn, n := e.degradedLog.Allow(rule.Name, time.Now()); warn {
+	if warn, n := e.degradedLog.Allow(rr.Rule, time.Now()); warn {
 		lv, suppressed = slog.LevelWarn, n
 	} else if !e.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	e.log.Log(context.Background(), lv, "decision degraded", "rule", rule.Name, "plugin", rule.Plugin,
-		"policy", string(rr.Degraded), "class", string(capability.ClassOf(err)), "err", err, "suppressed", suppressed)
+	e.log.Log(context.Background(), lv, "decision degraded", "rule", rr.Rule, "plugin", rr.Plugin,
+		"policy", string(rr.Degraded), "class", string(capability.ClassOf(rr.Err)), "err", rr.Err, "suppressed", suppressed)
 }
 
 // Available reports whether Redis answered the last calls (the circuit
@@ -934,47 +777,6 @@ func (e *Engine) ClusterSize() int64 { return e.clusterSize.Load() }
 
 // DenyCacheHits returns how many requests the deny cache has denied.
 func (e *Engine) DenyCacheHits() int64 { return e.deny.Hits() }
-
-// refund gives back what the evaluated rules granted beyond keep units (all
-// of it when keep is 0: a request denied in the end, or a client lease that
-// came to nothing), where their plugins declare refunds, and makes their
-// results say what stands: what is kept granted, the remaining after the
-// refund. Only plugin-granted units are refunded; a refund that fails is
-// logged and otherwise ignored (the units expire with the window, and the
-// result keeps saying they were granted).
-func (e *Engine) refund(ctx context.Context, b budget, g *generation, sels []rules.Selection, done []RuleResult, keep int64, dedupID string, attrs map[string]string) {
-	for i := range done {
-		rr := &done[i]
-		sel := sels[i]
-		back := rr.Granted - min(rr.Granted, keep)
-		if rr.Degraded != DegradedNone || !rr.Allowed || back <= 0 || !sel.Rule.Traits.Refunds {
-			continue
-		}
-		if b.spent() {
-			e.warnGated("refund skipped: the decision time-out is spent", rr.Rule)
-			continue
-		}
-		d, err := e.refundUnits(ctx, b, g.plugins[sel.Rule.Plugin], sel, back, dedupID, attrs)
-		if err != nil {
-			e.warnGated("refund failed", sel.Rule.Name, "err", err)
-			continue
-		}
-		rr.Granted, rr.Remaining, rr.Reset = rr.Granted-back, d.Remaining, d.Reset
-	}
-}
-
-// refundUnits gives n units of sel's subject back to its plugin, p, and
-// forgets the subject's cached denial, which the units may lift: the one
-// way ruled returns units, after a denial, from a lease or from a client
-// lease. The caller has checked that the plugin declares refunds.
-func (e *Engine) refundUnits(ctx context.Context, b budget, p *plugin, sel rules.Selection, n int64, dedupID string, attrs map[string]string) (sdk.Decision, error) {
-	d, err := safeDecide(ctx, b, p, sel.Rule.Name, sel.Config, sdk.Request{Subject: sel.Subject, Hits: -n, DedupID: dedupID, Attrs: attrs})
-	if err != nil {
-		return d, err
-	}
-	e.deny.Forget(local.Key{Rule: sel.Rule.Name, Subject: sel.Subject})
-	return d, nil
-}
 
 // RedisNodes returns what the capability's last probe found of each Redis
 // master.

@@ -104,7 +104,7 @@ func (ls *leases) drain(now time.Time) []*lease {
 
 // leaseable reports whether a request may be served from a lease: it takes
 // units, without the per-request options a lease cannot honour.
-func leaseable(rule *rules.Rule, req *CheckRequest) bool {
+func leaseable(rule *rules.Rule, req sdk.Request) bool {
 	return rule.Lease > 0 && req.Hits > 0 && req.DedupID == "" && !req.BestEffort
 }
 
@@ -112,7 +112,7 @@ func leaseable(rule *rules.Rule, req *CheckRequest) bool {
 // lease from Redis (lease permits, best effort, in one call) when it cannot.
 // The lease's lock is held across a refill, so that concurrent requests for
 // one subject wait for one refill instead of each taking a lease.
-func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key local.Key, sel rules.Selection, req *CheckRequest) (sdk.Decision, error) {
+func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key local.Key, sel rules.Selection, req sdk.Request) (sdk.Decision, error) {
 	rule := sel.Rule
 	now := e.now()
 	l := e.leases.get(key, now)

@@ -5,7 +5,7 @@
 //
 //	env := plugintest.NewEnv(t)
 //	steps := plugintest.RandomSteps(rng, 500, plugintest.StepOptions{...})
-//	env.Conform(t, myplugin.New(), rawConfig, func(c sdk.Config) plugintest.Model {
+//	env.Conform(t, myplugin.New(), rawConfig, func(c sdk.Config) sdk.LocalLimiter {
 //		return myplugin.NewModel(c.(myplugin.Config))
 //	}, steps)
 //
@@ -36,12 +36,6 @@ import (
 	"github.com/ruled-dev/ruled/internal/redistest"
 	"github.com/ruled-dev/ruled/sdk"
 )
-
-// Model is a reference model of an algorithm: given the time in
-// microseconds and a request, the decision the algorithm must make.
-type Model interface {
-	Decide(nowUS int64, r sdk.Request) sdk.Decision
-}
 
 // Clock is a settable clock in microseconds, shared by every capability of
 // an Env. It starts at a realistic Unix time so that scripts see full-size
@@ -176,7 +170,7 @@ func RandomSteps(rng *rand.Rand, n int, o StepOptions) []Step {
 // Conform runs steps through alg on real Redis and through the model, and
 // fails at the first decision that differs in any field. On a standalone
 // Redis the plugin runs isolated (RegisterIsolated).
-func (e *Env) Conform(t testing.TB, alg sdk.Algorithm, raw map[string]any, newModel func(sdk.Config) Model, steps []Step) {
+func (e *Env) Conform(t testing.TB, alg sdk.Algorithm, raw map[string]any, newModel func(sdk.Config) sdk.LocalLimiter, steps []Step) {
 	t.Helper()
 	cfg := Configure(t, alg, raw)
 	model := newModel(cfg)
@@ -253,7 +247,7 @@ func (e *Env) Hammer(t testing.TB, alg sdk.Algorithm, raw map[string]any, instan
 
 // Replay feeds n copies of req to model at the same instant and returns the
 // total granted: what Hammer must match.
-func Replay(model Model, nowUS int64, n int, req sdk.Request) int64 {
+func Replay(model sdk.LocalLimiter, nowUS int64, n int, req sdk.Request) int64 {
 	var total int64
 	for range n {
 		if d := model.Decide(nowUS, req); d.Allowed {
@@ -456,7 +450,7 @@ func cpuTime() time.Duration {
 // returns the plugin's decision. It fails when the sequence is too easy:
 // fewer than 100 blocked steps, 30 denials while open or 10 refunds under
 // the block.
-func CheckBlockSwitch(t testing.TB, env *Env, rng *rand.Rand, steps []Step, open, shut Model, decide func(block bool, r sdk.Request) sdk.Decision) {
+func CheckBlockSwitch(t testing.TB, env *Env, rng *rand.Rand, steps []Step, open, shut sdk.LocalLimiter, decide func(block bool, r sdk.Request) sdk.Decision) {
 	t.Helper()
 	blocked, deniedOpen, refundedShut := 0, 0, 0
 	for i, s := range steps {

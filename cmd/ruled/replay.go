@@ -57,7 +57,7 @@ user-agent and referer headers}, hits 1. A line that does not parse, or whose --
 expression fails, is skipped and counted; the first few are listed.
 
 Exit status: 0 the log was replayed; 1 the rule files do not load, a rule uses a
-third-party plugin (no reference model), the log is empty or none of its lines was
+Wasm or process plugin (no local model), the log is empty or none of its lines was
 replayed, or reading it failed part way (a truncated gzip: the report covers the lines
 before); 2 usage error, a bad --field or --map, or a log that cannot be opened.
 `

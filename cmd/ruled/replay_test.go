@@ -175,7 +175,7 @@ func TestReplayRefusals(t *testing.T) {
 		{[]string{"--rules", "../../examples/rules", "--log", log, "--field", "nope=x"}, 2, `--field: JSON field "nope=x": unknown field`},
 		{[]string{"--rules", "../../examples/rules", "--log", log, "--map", "attrs.x=(("}, 2, "--map"},
 		{[]string{"--rules", "../../examples/rules", "--log", filepath.Join(third, "missing.log")}, 2, "missing.log"},
-		{[]string{"--rules", third, "--log", log}, 1, "no reference model for rules g (plugin gcra)"},
+		{[]string{"--rules", third, "--log", log}, 1, "no local model for rules g (plugin gcra)"},
 		{[]string{"--rules", filepath.Join(third, "none.yaml"), "--log", log}, 1, "none.yaml"},
 	} {
 		code, out, errOut := runReplay(t, c.args...)

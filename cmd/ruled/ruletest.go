@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/internal/ruletest"
-	"github.com/ruled-dev/ruled/internal/simulate"
 	"github.com/ruled-dev/ruled/rules"
 )
 
@@ -392,7 +392,7 @@ func writeTestFile(stdout io.Writer, fr testFileReport) {
 	}
 }
 
-// modelBackend decides on the built-ins' reference models.
+// modelBackend decides offline, on the plugins' local models (host.Simulator).
 type modelBackend struct{ log *slog.Logger }
 
 func (b modelBackend) load(ctx context.Context, path string) (testRules, error) {
@@ -400,7 +400,7 @@ func (b modelBackend) load(ctx context.Context, path string) (testRules, error) 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := simulate.New(set); err != nil {
+	if _, err := host.NewSimulator(set); err != nil {
 		return nil, fmt.Errorf("%w: only Redis can decide them (ruled test --redis URL)", err)
 	}
 	return modelRules{s: set}, nil
@@ -411,7 +411,7 @@ type modelRules struct{ s *rules.Set }
 func (m modelRules) set() *rules.Set { return m.s }
 
 func (m modelRules) run(ctx context.Context, c *ruletest.Case) (ruletest.Outcome, error) {
-	sim, err := simulate.New(m.s)
+	sim, err := host.NewSimulator(m.s)
 	if err != nil {
 		return ruletest.Outcome{Case: c}, err
 	}

@@ -1,31 +1,36 @@
 // Package local holds ruled's in-process decision helpers: the limiters
-// that stand in for Redis under on_error: local, and the deny cache that
-// spares Redis the requests of subjects already known to be denied.
+// built from plugins' local models (which stand in for Redis under
+// on_error: local, and decide offline for ruled test and ruled replay),
+// and the deny cache that spares Redis the requests of subjects already
+// known to be denied.
 package local
 
 import (
 	"fmt"
 	"sync"
-	"time"
 
+	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-// MaxLimiters bounds the limiters kept at once; past it they are all
-// dropped and started afresh (only while Redis is unavailable).
+// MaxLimiters bounds the limiters the engine keeps at once; past it they
+// are all dropped and started afresh (only while Redis is unavailable).
 const MaxLimiters = 10_000
 
-// Limiters are the in-process limiters of on_error: local rules, one per
-// rule and config, created on first use with the share current then.
-// They are safe for concurrent use.
+// Limiters are in-process limiters, one per rule, config and share,
+// created on first use from the rule's plugin (sdk.LocalAlgorithm): the
+// engine's stand-ins for Redis under on_error: local, and the Simulator's
+// models. They are safe for concurrent use.
 type Limiters struct {
 	mu  sync.Mutex
 	m   map[limiterKey]*limiter
-	now func() int64
+	max int
 }
 
+// limiterKey names a limiter: the rule (of one loaded set), the config it
+// resolved to when the rule's config is dynamic, and the share.
 type limiterKey struct {
-	rule   string
+	rule   *rules.Rule
 	config string
 	share  float64
 }
@@ -35,26 +40,35 @@ type limiter struct {
 	l  sdk.LocalLimiter
 }
 
-// NewLimiters returns an empty set of limiters on the wall clock.
-func NewLimiters() *Limiters {
-	return &Limiters{m: map[limiterKey]*limiter{}, now: func() int64 { return time.Now().UnixMicro() }}
+// NewLimiters returns an empty set of limiters that holds at most max of
+// them, dropping them all when a new one would pass it; 0 means no bound.
+func NewLimiters(max int) *Limiters {
+	return &Limiters{m: map[limiterKey]*limiter{}, max: max}
 }
 
-// Decide decides r in-process for rule with alg and cfg at the given share
-// of the quota. It returns false when alg cannot decide locally.
-func (ls *Limiters) Decide(rule string, alg sdk.Algorithm, cfg sdk.Config, share float64, r sdk.Request) (sdk.Decision, bool, error) {
-	la, ok := alg.(sdk.LocalAlgorithm)
+// Decide decides r at nowUS (a Unix time in microseconds) in-process, for
+// sel's rule at the given share of its quota. It returns false when the
+// rule's plugin cannot decide locally.
+func (ls *Limiters) Decide(nowUS int64, sel rules.Selection, share float64, r sdk.Request) (sdk.Decision, bool, error) {
+	la, ok := sel.Rule.Algorithm().(sdk.LocalAlgorithm)
 	if !ok {
 		return sdk.Decision{}, false, nil
 	}
-	key := limiterKey{rule: rule, config: fmt.Sprintf("%#v", cfg), share: share}
+	key := limiterKey{rule: sel.Rule, share: share}
+	if sel.Rule.Dynamic() {
+		// The config's printed values (its String, where it has one), not
+		// the config itself: a config may hold pointers (fixedwindow's
+		// calendar cache) that a new Configure call of the same values
+		// renews.
+		key.config = fmt.Sprint(sel.Config)
+	}
 	ls.mu.Lock()
 	l := ls.m[key]
 	if l == nil {
-		if len(ls.m) >= MaxLimiters {
+		if ls.max > 0 && len(ls.m) >= ls.max {
 			clear(ls.m)
 		}
-		ll, err := la.NewLocal(cfg, share)
+		ll, err := la.NewLocal(sel.Config, share)
 		if err != nil {
 			ls.mu.Unlock()
 			return sdk.Decision{}, false, err
@@ -65,7 +79,7 @@ func (ls *Limiters) Decide(rule string, alg sdk.Algorithm, cfg sdk.Config, share
 	ls.mu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.l.Decide(ls.now(), r), true, nil
+	return l.l.Decide(nowUS, r), true, nil
 }
 
 // Reset forgets every limiter: Redis is back and holds the truth again.

@@ -23,25 +23,25 @@ import (
 // builtinCase is a built-in algorithm with its reference model and one
 // sequence both drivers must agree on.
 type builtinCase struct {
-	model func(sdk.Config) plugintest.Model // takes the native config
+	model func(sdk.Config) sdk.LocalLimiter // takes the native config
 	raw   map[string]any
 	opts  plugintest.StepOptions
 }
 
 var builtinCases = map[string]builtinCase{
-	fixedwindow.Name: {func(c sdk.Config) plugintest.Model { return fixedwindow.NewModel(c.(fixedwindow.Config)) },
+	fixedwindow.Name: {func(c sdk.Config) sdk.LocalLimiter { return fixedwindow.NewModel(c.(fixedwindow.Config)) },
 		map[string]any{"limit": 7, "window": "500ms", "offset": "1us"},
 		plugintest.StepOptions{Subjects: 2, MaxAdvance: 90 * time.Millisecond, MinHits: -2, MaxHits: 5, Dedup: 0.4, BestEffort: 0.3}},
-	rolling.Name: {func(c sdk.Config) plugintest.Model { return rolling.NewModel(c.(rolling.Config)) },
+	rolling.Name: {func(c sdk.Config) sdk.LocalLimiter { return rolling.NewModel(c.(rolling.Config)) },
 		map[string]any{"limit": 7, "window": "500ms", "buckets": 5},
 		plugintest.StepOptions{Subjects: 2, MaxAdvance: 90 * time.Millisecond, MinHits: -3, MaxHits: 5, Dedup: 0.4, BestEffort: 0.3}},
-	tokenbucket.Name: {func(c sdk.Config) plugintest.Model { return tokenbucket.NewModel(c.(tokenbucket.Config)) },
+	tokenbucket.Name: {func(c sdk.Config) sdk.LocalLimiter { return tokenbucket.NewModel(c.(tokenbucket.Config)) },
 		map[string]any{"rate": 3, "per": "1.3s", "burst": 5},
 		plugintest.StepOptions{Subjects: 3, MaxAdvance: 500 * time.Millisecond, MinHits: -1, MaxHits: 4, BestEffort: 0.3}},
-	leaky.Name: {func(c sdk.Config) plugintest.Model { return leaky.NewModel(c.(leaky.Config)) },
+	leaky.Name: {func(c sdk.Config) sdk.LocalLimiter { return leaky.NewModel(c.(leaky.Config)) },
 		map[string]any{"capacity": 6, "rate": 3, "per": "1000003us", "mode": "shape"},
 		plugintest.StepOptions{Subjects: 2, MaxAdvance: 500 * time.Millisecond, MinHits: -1, MaxHits: 3, BestEffort: 0.3}},
-	sortedset.Name: {func(c sdk.Config) plugintest.Model { return sortedset.NewModel(c.(sortedset.Config)) },
+	sortedset.Name: {func(c sdk.Config) sdk.LocalLimiter { return sortedset.NewModel(c.(sortedset.Config)) },
 		map[string]any{"limit": 3, "window": "1500001us", "count_denied": true,
 			"also": []any{map[string]any{"limit": 12, "window": "10s"}, map[string]any{"limit": 2, "window": "100ms"}}},
 		plugintest.StepOptions{Subjects: 2, MaxAdvance: 900 * time.Millisecond, MinHits: -2, MaxHits: 4, BestEffort: 0.3}},
@@ -70,7 +70,7 @@ func TestBuiltinsConformAsProcesses(t *testing.T) {
 				t.Fatalf("Info differs:\nprocess %+v\nnative  %+v", got, want)
 			}
 			steps := plugintest.RandomSteps(rand.New(rand.NewPCG(11, uint64(len(name)))), 300, tc.opts)
-			model := func(sdk.Config) plugintest.Model { return tc.model(plugintest.Configure(t, native, tc.raw)) }
+			model := func(sdk.Config) sdk.LocalLimiter { return tc.model(plugintest.Configure(t, native, tc.raw)) }
 			env.Conform(t, p, tc.raw, model, steps)
 			sameDecisions(t, env, native, p, tc.raw, steps)
 			// The built-ins decide in steps: ruled ran every script call,

@@ -29,7 +29,7 @@ type conformCase struct {
 // sequences both drivers must agree on.
 type builtinPlugin struct {
 	native sdk.Algorithm
-	model  func(sdk.Config) plugintest.Model // takes the native config
+	model  func(sdk.Config) sdk.LocalLimiter // takes the native config
 	cases  []conformCase
 }
 
@@ -43,7 +43,7 @@ func also(pairs ...any) []any {
 
 var builtins = map[string]builtinPlugin{
 	fixedwindow.Name: {fixedwindow.New(),
-		func(c sdk.Config) plugintest.Model { return fixedwindow.NewModel(c.(fixedwindow.Config)) },
+		func(c sdk.Config) sdk.LocalLimiter { return fixedwindow.NewModel(c.(fixedwindow.Config)) },
 		[]conformCase{
 			{"offset-multi-hits", map[string]any{"limit": 10, "window": "2s", "offset": "700ms"},
 				plugintest.StepOptions{Subjects: 3, MaxAdvance: 400 * time.Millisecond, MinHits: 0, MaxHits: 4}},
@@ -51,7 +51,7 @@ var builtins = map[string]builtinPlugin{
 				plugintest.StepOptions{Subjects: 2, MaxAdvance: 90 * time.Millisecond, MinHits: -2, MaxHits: 5, Dedup: 0.4, BestEffort: 0.3}},
 		}},
 	rolling.Name: {rolling.New(),
-		func(c sdk.Config) plugintest.Model { return rolling.NewModel(c.(rolling.Config)) },
+		func(c sdk.Config) sdk.LocalLimiter { return rolling.NewModel(c.(rolling.Config)) },
 		[]conformCase{
 			{"odd-window-multi-hits-peeks", map[string]any{"limit": 13, "window": "999999us", "buckets": 3},
 				plugintest.StepOptions{Subjects: 3, MaxAdvance: 200 * time.Millisecond, MinHits: 0, MaxHits: 4}},
@@ -59,7 +59,7 @@ var builtins = map[string]builtinPlugin{
 				plugintest.StepOptions{Subjects: 2, MaxAdvance: 90 * time.Millisecond, MinHits: -3, MaxHits: 5, Dedup: 0.4, BestEffort: 0.3}},
 		}},
 	tokenbucket.Name: {tokenbucket.New(),
-		func(c sdk.Config) plugintest.Model { return tokenbucket.NewModel(c.(tokenbucket.Config)) },
+		func(c sdk.Config) sdk.LocalLimiter { return tokenbucket.NewModel(c.(tokenbucket.Config)) },
 		[]conformCase{
 			{"odd-period-multi-hits-peeks", map[string]any{"rate": 3, "per": "1.3s", "burst": 5},
 				plugintest.StepOptions{Subjects: 3, MaxAdvance: 500 * time.Millisecond, MinHits: 0, MaxHits: 4}},
@@ -67,7 +67,7 @@ var builtins = map[string]builtinPlugin{
 				plugintest.StepOptions{Subjects: 2, MaxAdvance: 150 * time.Millisecond, MinHits: -3, MaxHits: 6, BestEffort: 0.3, Dedup: 0.3}},
 		}},
 	leaky.Name: {leaky.New(),
-		func(c sdk.Config) plugintest.Model { return leaky.NewModel(c.(leaky.Config)) },
+		func(c sdk.Config) sdk.LocalLimiter { return leaky.NewModel(c.(leaky.Config)) },
 		[]conformCase{
 			{"police-peeks-refunds-best-effort", map[string]any{"capacity": 7, "rate": 2, "per": "1500001us"},
 				plugintest.StepOptions{Subjects: 3, MaxAdvance: 700 * time.Millisecond, MinHits: -2, MaxHits: 4, BestEffort: 0.3}},
@@ -75,7 +75,7 @@ var builtins = map[string]builtinPlugin{
 				plugintest.StepOptions{Subjects: 2, MaxAdvance: 500 * time.Millisecond, MinHits: -1, MaxHits: 3, BestEffort: 0.3}},
 		}},
 	sortedset.Name: {sortedset.New(),
-		func(c sdk.Config) plugintest.Model { return sortedset.NewModel(c.(sortedset.Config)) },
+		func(c sdk.Config) sdk.LocalLimiter { return sortedset.NewModel(c.(sortedset.Config)) },
 		[]conformCase{
 			{"two-rates-gap-best-effort", map[string]any{"limit": 10, "window": "1m", "min_gap": "250001us", "also": also(2, "3s")},
 				plugintest.StepOptions{Subjects: 3, MaxAdvance: 2 * time.Second, MinHits: 0, MaxHits: 3, BestEffort: 0.3}},
@@ -121,7 +121,7 @@ func TestBuiltinsConformAsWasm(t *testing.T) {
 				t.Run(tc.name, func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(5, uint64(len(tc.name))))
 					steps := plugintest.RandomSteps(rng, 400, tc.opts)
-					model := func(sdk.Config) plugintest.Model { return b.model(plugintest.Configure(t, b.native, tc.raw)) }
+					model := func(sdk.Config) sdk.LocalLimiter { return b.model(plugintest.Configure(t, b.native, tc.raw)) }
 					env.Conform(t, w, tc.raw, model, steps)
 					sameDecisions(t, env, b.native, w, tc.raw, steps)
 				})

@@ -1,5 +1,5 @@
 // Package replay runs recorded requests through rules in the time they
-// were recorded, on the plugins' reference models (package simulate),
+// were recorded, on the plugins' local models (host.Simulator),
 // and counts what the rules would have decided: `ruled replay`.
 //
 // Time never goes back in a replay: a request recorded before the one
@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/internal/simulate"
 	"github.com/ruled-dev/ruled/rules"
 )
 
@@ -34,7 +33,7 @@ type Options struct {
 // concurrent use.
 type Replayer struct {
 	top   int
-	sim   *simulate.Simulator
+	sim   *host.Simulator
 	rules []*ruleStats
 	index map[string]*ruleStats // by rule name
 	res   host.Result
@@ -74,9 +73,9 @@ func (r *rate) add(nowUS int64) {
 }
 
 // New returns a replayer of set's rules, which must all use built-in
-// plugins (simulate.ErrNoModel).
+// plugins (host.ErrNoModel).
 func New(set *rules.Set, o Options) (*Replayer, error) {
-	sim, err := simulate.New(set)
+	sim, err := host.NewSimulator(set)
 	if err != nil {
 		return nil, err
 	}

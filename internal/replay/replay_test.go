@@ -12,7 +12,6 @@ import (
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/internal/replay"
-	"github.com/ruled-dev/ruled/internal/simulate"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 )
@@ -110,7 +109,7 @@ func TestReplayCountsEveryDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := simulate.New(set)
+	sim, err := host.NewSimulator(set)
 	if err != nil {
 		t.Fatal(err)
 	}

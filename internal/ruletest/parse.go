@@ -1,7 +1,7 @@
 // Package ruletest reads rule tests (`*_test.yaml` files) and runs their
 // cases: `ruled test`. A case is a sequence of checks at virtual times,
 // each with the decisions it expects; a Checker decides them (the
-// reference models of package simulate, or an engine on Redis with its
+// local models of host.Simulator, or an engine on Redis with its
 // clock injected). docs/rules.md, "Testing rules", describes the format.
 package ruletest
 

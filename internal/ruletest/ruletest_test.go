@@ -11,7 +11,6 @@ import (
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/internal/ruletest"
-	"github.com/ruled-dev/ruled/internal/simulate"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 )
@@ -95,7 +94,7 @@ func TestRunReportsEachFailureWithItsPosition(t *testing.T) {
 	}
 	var outs []ruletest.Outcome
 	for _, c := range f.Cases {
-		sim, err := simulate.New(set)
+		sim, err := host.NewSimulator(set)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +135,7 @@ func TestRunReportsOneFailingRepetitionAndUnmatchedRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, _ := simulate.New(set)
+	sim, _ := host.NewSimulator(set)
 	o := f.Cases[0].Run(context.Background(), sim)
 	if o.Checks != 5 || len(o.Failures) != 1 {
 		t.Fatalf("%d checks, failures %v", o.Checks, o.Failures)
@@ -234,7 +233,7 @@ func TestRunStopsWhereTheCheckerFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	set, _ := rules.Load(dir, builtin.NewCatalog())
-	sim, _ := simulate.New(set)
+	sim, _ := host.NewSimulator(set)
 	o := f.Cases[0].Run(context.Background(), &failAfter{Checker: sim, n: 4})
 	if o.Passed() || o.Checks != 4 || o.Err == nil || o.Err.Error() != path+":5:9: step 2 (at 1s, check 3 of 10): redis down" {
 		t.Errorf("checks %d, err %v", o.Checks, o.Err)

@@ -80,7 +80,7 @@ func TestCalendarThroughDrivers(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 11))
 			steps := plugintest.RandomSteps(rng, 300, plugintest.StepOptions{Subjects: 2, MaxAdvance: 40 * time.Minute,
 				MinHits: -1, MaxHits: 3, Dedup: 0.3, BestEffort: 0.3})
-			env.Conform(t, alg, raw, func(sdk.Config) plugintest.Model {
+			env.Conform(t, alg, raw, func(sdk.Config) sdk.LocalLimiter {
 				return fixedwindow.NewModel(plugintest.Configure(t, native, raw).(fixedwindow.Config))
 			}, steps)
 		})

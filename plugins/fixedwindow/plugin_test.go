@@ -13,7 +13,7 @@ import (
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-func newModel(c sdk.Config) plugintest.Model { return fixedwindow.NewModel(c.(fixedwindow.Config)) }
+func newModel(c sdk.Config) sdk.LocalLimiter { return fixedwindow.NewModel(c.(fixedwindow.Config)) }
 
 func TestConformsToModel(t *testing.T) {
 	env := plugintest.NewEnv(t)

@@ -15,7 +15,7 @@ import (
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-func newModel(c sdk.Config) plugintest.Model { return leaky.NewModel(c.(leaky.Config)) }
+func newModel(c sdk.Config) sdk.LocalLimiter { return leaky.NewModel(c.(leaky.Config)) }
 
 func TestConformsToModel(t *testing.T) {
 	env := plugintest.NewEnv(t)

@@ -13,7 +13,7 @@ import (
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-func newModel(c sdk.Config) plugintest.Model { return sortedset.NewModel(c.(sortedset.Config)) }
+func newModel(c sdk.Config) sdk.LocalLimiter { return sortedset.NewModel(c.(sortedset.Config)) }
 
 // sameMicrosecond makes a share p of the steps happen at the same
 // microsecond as the step before.

@@ -13,7 +13,7 @@ import (
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-func newModel(c sdk.Config) plugintest.Model { return tokenbucket.NewModel(c.(tokenbucket.Config)) }
+func newModel(c sdk.Config) sdk.LocalLimiter { return tokenbucket.NewModel(c.(tokenbucket.Config)) }
 
 func TestConformsToModel(t *testing.T) {
 	env := plugintest.NewEnv(t)

@@ -71,7 +71,7 @@ func TestConformsToNative(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, uint64(len(tc.name))))
 			steps := plugintest.RandomSteps(rng, 500, tc.opts)
-			model := func(sdk.Config) plugintest.Model {
+			model := func(sdk.Config) sdk.LocalLimiter {
 				return fixedwindow.NewModel(plugintest.Configure(t, native, tc.raw).(fixedwindow.Config))
 			}
 			env.Conform(t, w, tc.raw, model, steps)

@@ -97,7 +97,7 @@ func conform(t *testing.T, p sdk.Algorithm) {
 	env := plugintest.NewEnv(t)
 	raw := map[string]any{"limit": 3, "ttl": "300ms"}
 	native := limiter.New()
-	model := func(c sdk.Config) plugintest.Model {
+	model := func(c sdk.Config) sdk.LocalLimiter {
 		return limiter.NewModel(plugintest.Configure(t, native, raw).(limiter.Config))
 	}
 	steps := randomSteps(3, 500)

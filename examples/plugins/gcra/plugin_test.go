@@ -60,7 +60,7 @@ func wasmPlugin(t *testing.T) *wasm.Plugin {
 	return wasmLoad.p
 }
 
-func newModel(c sdk.Config) plugintest.Model { return gcra.NewModel(c.(gcra.Config)) }
+func newModel(c sdk.Config) sdk.LocalLimiter { return gcra.NewModel(c.(gcra.Config)) }
 
 type conformCase struct {
 	name string
@@ -103,7 +103,7 @@ func TestConformsAsWasm(t *testing.T) {
 	for _, tc := range conformCases {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(12, uint64(len(tc.name))))
-			model := func(sdk.Config) plugintest.Model {
+			model := func(sdk.Config) sdk.LocalLimiter {
 				return gcra.NewModel(plugintest.Configure(t, gcra.New(), tc.raw).(gcra.Config))
 			}
 			env.Conform(t, w, tc.raw, model, plugintest.RandomSteps(rng, 300, tc.opts))

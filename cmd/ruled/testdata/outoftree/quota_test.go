@@ -42,7 +42,7 @@ func TestConforms(t *testing.T) {
 	env := plugintest.NewEnv(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	steps := plugintest.RandomSteps(rng, 500, plugintest.StepOptions{Subjects: 3, MaxAdvance: 300 * time.Millisecond, MinHits: 0, MaxHits: 4})
-	env.Conform(t, quota.New(), map[string]any{"limit": 5, "window": "1s"}, func(c sdk.Config) plugintest.Model {
+	env.Conform(t, quota.New(), map[string]any{"limit": 5, "window": "1s"}, func(c sdk.Config) sdk.LocalLimiter {
 		return &model{c: c.(quota.Config), starts: map[string]int64{}, counts: map[string]int64{}}
 	}, steps)
 }

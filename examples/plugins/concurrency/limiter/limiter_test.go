@@ -15,7 +15,7 @@ import (
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-func model(c sdk.Config) plugintest.Model { return limiter.NewModel(c.(limiter.Config)) }
+func model(c sdk.Config) sdk.LocalLimiter { return limiter.NewModel(c.(limiter.Config)) }
 
 // Steps returns random acquires, peeks and releases of a few lease ids.
 func Steps(seed uint64, n int) []plugintest.Step {

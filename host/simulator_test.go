@@ -1,4 +1,4 @@
-package simulate_test
+package host_test
 
 import (
 	"context"
@@ -19,18 +19,17 @@ import (
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/redistest"
-	"github.com/ruled-dev/ruled/internal/simulate"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-// ruleSet uses every built-in and every way a rule takes part in a check:
+// simulatedRules uses every built-in and every way a rule takes part in a check:
 // when, shadow, stop, exempt, replaces, a dynamic config, on_error deny
 // and local on a subject that fails to evaluate, and refunds after a later
 // denial.
-const ruleSet = `
+const simulatedRules = `
 rules:
   - name: vip
     when: attrs.tier == "vip"
@@ -109,7 +108,7 @@ func engineOn(t *testing.T, srv *redistest.Server, yaml string, clock *atomic.In
 	return e
 }
 
-func load(t *testing.T, yaml string) *rules.Set {
+func loadSet(t *testing.T, yaml string) *rules.Set {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
@@ -135,8 +134,8 @@ func TestSimulatorDecidesAsTheEngine(t *testing.T) {
 			// The simulator answers as the plugins alone: the engine's deny
 			// cache, whose cached denials repeat a remaining that may since
 			// have grown (docs/rules.md, "Shortcuts"), is off.
-			e := engineOn(t, srv, regexp.MustCompile(`(?m)^(    plugin: .*)$`).ReplaceAllString(ruleSet, "$1\n    deny_cache: false"), &clock)
-			sim, err := simulate.New(load(t, ruleSet))
+			e := engineOn(t, srv, regexp.MustCompile(`(?m)^(    plugin: .*)$`).ReplaceAllString(simulatedRules, "$1\n    deny_cache: false"), &clock)
+			sim, err := host.NewSimulator(loadSet(t, simulatedRules))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +203,7 @@ func summary(r host.Result) string {
 	return s
 }
 
-func TestNewRefusesPluginsWithoutModels(t *testing.T) {
+func TestNewSimulatorRefusesPluginsWithoutModels(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rules.yaml")
 	yaml := "rules:\n  - {name: a, subject: request.ip, plugin: fixedwindow, config: {limit: 1, window: 1s}}\n" +
@@ -218,9 +217,9 @@ func TestNewRefusesPluginsWithoutModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = simulate.New(set)
-	if !errors.Is(err, simulate.ErrNoModel) || !strings.Contains(err.Error(), "b (plugin custom)") {
-		t.Errorf("New = %v, want ErrNoModel naming rule b", err)
+	_, err = host.NewSimulator(set)
+	if !errors.Is(err, host.ErrNoModel) || !strings.Contains(err.Error(), "b (plugin custom)") {
+		t.Errorf("NewSimulator = %v, want ErrNoModel naming rule b", err)
 	}
 }
 
@@ -230,4 +229,28 @@ func (custom) Info() sdk.Info                               { return sdk.Info{Na
 func (custom) Configure(map[string]any) (sdk.Config, error) { return struct{}{}, nil }
 func (custom) Decide(context.Context, sdk.Host, sdk.Config, sdk.Request) (sdk.Decision, error) {
 	return sdk.Decision{Allowed: true}, nil
+}
+
+// TestSimulatorKeepsADynamicCalendarRulesState checks that a rule whose
+// config is an expression keeps one model per resolved config: each check
+// configures the calendar afresh (a new period cache), and the model must
+// still be the one before, or every check would start a fresh day.
+func TestSimulatorKeepsADynamicCalendarRulesState(t *testing.T) {
+	sim, err := host.NewSimulator(loadSet(t, `rules:
+  - name: daily
+    subject: request.user
+    plugin: fixedwindow
+    config: {limit: '=attrs.tier == "gold" ? 3 : 2', calendar: day, tz: Europe/Paris}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &host.CheckRequest{Request: rules.Request{User: "ann"}, Attrs: map[string]string{"tier": "free"}, Hits: 1}
+	var allowed []bool
+	for range 3 {
+		allowed = append(allowed, sim.Check(plugintest.StartUS, req).Allowed)
+	}
+	if fmt.Sprint(allowed) != "[true true false]" {
+		t.Errorf("three checks of a limit of 2 a day: allowed %v, want [true true false]", allowed)
+	}
 }
