@@ -259,7 +259,7 @@ func run(c config) error {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := e.Load(rulesPath); err != nil {
+		if _, err := e.Load(context.Background(), rulesPath); err != nil {
 			return nil, err
 		}
 		return e, e.Preload(ctx)

@@ -77,11 +77,11 @@ func startRuledWith(t testing.TB, rulesText string, observe func(r *http.Request
 	if err := os.WriteFile(path, []byte(rulesText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	r := &ruled{redis: rs, engine: e}
-	api := httpapi.New(httpapi.Options{Checker: e})
+	api := httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases()})
 	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if observe != nil {
 			observe(req)

@@ -325,7 +325,7 @@ func TestLeasesFollowAReloadWithinASecond(t *testing.T) {
 	if err := os.WriteFile(path, []byte("rules:\n  - name: after\n    subject: request.ip\n    plugin: fixedwindow\n    config: {limit: 1000000, window: 1h}\n    lease: 100\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.engine.Load(path); err != nil {
+	if _, err := r.engine.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	reloaded := time.Now()
@@ -354,7 +354,7 @@ func TestLeasedDenialLastsAtMostASecond(t *testing.T) {
 	}
 	for allowed() {
 	}
-	if _, err := r.engine.Reset(context.Background(), "small", "192.0.2.21"); err != nil {
+	if _, err := r.engine.Counters().Reset(context.Background(), "small", "192.0.2.21"); err != nil {
 		t.Fatal(err)
 	}
 	reset := time.Now()

@@ -57,9 +57,9 @@ func BenchmarkCheckDenied(b *testing.B) {
 			e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: ips[i]}, Hits: 1})
 		}
 	}
-	before := e.DenyCacheHits()
+	before := e.Inspect().DenyCacheHits()
 	runChecks(b, e, ips, false)
-	if hits := e.DenyCacheHits() - before; hits < int64(b.N) {
+	if hits := e.Inspect().DenyCacheHits() - before; hits < int64(b.N) {
 		b.Fatalf("%d of %d denials from the cache", hits, b.N)
 	}
 }

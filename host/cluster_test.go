@@ -47,7 +47,7 @@ func newClusterEngine(t *testing.T, url, yaml string, pipe *redis.AutoPipelineOp
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatalf("load: %v", err)
 	}
 	return e

@@ -3,6 +3,7 @@ package host
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,8 +11,17 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/local"
 	"github.com/ruled-dev/ruled/sdk"
 )
+
+// Counters are the admin operations on what rules count in Redis: a
+// rule's subjects and their counters, page by page, and the removal of a
+// rule's or one subject's counters. Engine.Counters returns them.
+type Counters struct{ e *Engine }
+
+// Counters returns the engine's Counters.
+func (e *Engine) Counters() *Counters { return &e.counters }
 
 // DefaultCounterPage is the number of subjects a page of Counters aims
 // for when asked for none.
@@ -54,7 +64,7 @@ type CounterPage struct {
 	Next string
 }
 
-// Counters returns one page of the subjects a rule's plugin holds state
+// Page returns one page of the subjects a rule's plugin holds state
 // for, each read with a peek: cursor is "" for the first page, else a
 // page's Next; limit is how many subjects the page aims for
 // (DefaultCounterPage when 0 or less, at most MaxCounterPage). A page's
@@ -66,8 +76,8 @@ type CounterPage struct {
 // error and an unknown limit. A subject that cannot be read is listed with
 // its error; only a failed scan fails the page. An unknown rule is
 // ErrNoRule; a cursor Counters did not return is ErrBadCursor.
-func (e *Engine) Counters(ctx context.Context, rule, cursor string, limit int) (CounterPage, error) {
-	g := e.gen.Load()
+func (cs *Counters) Page(ctx context.Context, rule, cursor string, limit int) (CounterPage, error) {
+	g := cs.e.gen.Load()
 	r, ok := g.set.Rule(rule)
 	if !ok {
 		return CounterPage{}, fmt.Errorf("%w %q", ErrNoRule, rule)
@@ -100,7 +110,7 @@ func (e *Engine) Counters(ctx context.Context, rule, cursor string, limit int) (
 				c := &page.Counters[i]
 				*c = Counter{Subject: s.Name, Hashed: s.Hashed, Err: cfgErr}
 				if cfgErr == nil {
-					e.peekCounter(ctx, p, rule, s.Key, cfg, c)
+					cs.e.peekCounter(ctx, p, rule, s.Key, cfg, c)
 				}
 			}
 		})
@@ -167,7 +177,7 @@ func usedShare(c Counter) float64 {
 	return float64(c.Used) / float64(c.Limit)
 }
 
-// ClearCounters deletes every key a rule's plugin holds for the rule, for
+// Clear deletes every key a rule's plugin holds for the rule, for
 // all subjects, on every Redis master, and returns how many keys it
 // deleted: every subject starts afresh. It scans the whole keyspace
 // (capability.Plugin.Clear). Keys the rule's name holds under another
@@ -175,8 +185,8 @@ func usedShare(c Counter) float64 {
 // instance's deny cache forgets the rule's subjects too; another instance's may deny a
 // subject it cached as denied until that denial's retry-after. An unknown
 // rule is ErrNoRule.
-func (e *Engine) ClearCounters(ctx context.Context, rule string) (int64, error) {
-	g := e.gen.Load()
+func (cs *Counters) Clear(ctx context.Context, rule string) (int64, error) {
+	g := cs.e.gen.Load()
 	r, ok := g.set.Rule(rule)
 	if !ok {
 		return 0, fmt.Errorf("%w %q", ErrNoRule, rule)
@@ -186,9 +196,28 @@ func (e *Engine) ClearCounters(ctx context.Context, rule string) (int64, error) 
 		return 0, nil // an exempt rule stores nothing
 	}
 	n, err := p.reg.Clear(ctx, rule)
-	e.deny.ForgetRule(rule)
+	cs.e.deny.ForgetRule(rule)
 	if err != nil {
 		return n, fmt.Errorf("host: clear the counters of rule %q: %w", rule, err)
 	}
 	return n, nil
 }
+
+// Reset forgets everything a rule's plugin stores for one subject, and
+// this instance's cached denial of it, so that the subject starts afresh. It returns the number of keys removed.
+func (cs *Counters) Reset(ctx context.Context, rule, subject string) (int64, error) {
+	g := cs.e.gen.Load()
+	r, ok := g.set.Rule(rule)
+	if !ok {
+		return 0, fmt.Errorf("%w %q", ErrNoRule, rule)
+	}
+	if r.Exempt {
+		return 0, nil // an exempt rule stores nothing
+	}
+	// The subject starts afresh here too: no cached denial outlives it.
+	cs.e.deny.Forget(local.Key{Rule: rule, Subject: subject})
+	return g.plugins[r.Plugin].reg.Reset(ctx, rule, subject)
+}
+
+// ErrNoRule is the error of an operation on a rule the serving set lacks.
+var ErrNoRule = errors.New("host: no rule")

@@ -60,7 +60,7 @@ func allCounters(t *testing.T, e *host.Engine, rule string, limit int) (map[stri
 	out := map[string]host.Counter{}
 	cursor, pages := "", 0
 	for {
-		page, err := e.Counters(context.Background(), rule, cursor, limit)
+		page, err := e.Counters().Page(context.Background(), rule, cursor, limit)
 		if err != nil {
 			t.Fatalf("rule %s, page %d: %v", rule, pages+1, err)
 		}
@@ -148,25 +148,25 @@ func TestCountersPagesAndPeeks(t *testing.T) {
 		}
 	}
 	// The first page of all the subjects starts with the limited ones.
-	first, err := e.Counters(ctx, "per-ip", "", 0)
+	first, err := e.Counters().Page(ctx, "per-ip", "", 0)
 	if err != nil || len(first.Counters) == 0 || !first.Counters[0].Limited {
 		t.Fatalf("first page: %+v, %v", first.Counters[:min(3, len(first.Counters))], err)
 	}
 
-	if _, err := e.Counters(ctx, "no-such-rule", "", 10); !errors.Is(err, host.ErrNoRule) {
+	if _, err := e.Counters().Page(ctx, "no-such-rule", "", 10); !errors.Is(err, host.ErrNoRule) {
 		t.Fatalf("unknown rule: %v", err)
 	}
-	if _, err := e.Counters(ctx, "per-ip", "garbage!", 10); !errors.Is(err, host.ErrBadCursor) {
+	if _, err := e.Counters().Page(ctx, "per-ip", "garbage!", 10); !errors.Is(err, host.ErrBadCursor) {
 		t.Fatalf("bad cursor: %v", err)
 	}
-	if _, err := e.ClearCounters(ctx, "no-such-rule"); !errors.Is(err, host.ErrNoRule) {
+	if _, err := e.Counters().Clear(ctx, "no-such-rule"); !errors.Is(err, host.ErrNoRule) {
 		t.Fatalf("clear an unknown rule: %v", err)
 	}
 	// An exempt rule has no plugin and nothing to list or clear.
-	if page, err := e.Counters(ctx, "free", "", 10); err != nil || len(page.Counters) != 0 || page.Next != "" {
+	if page, err := e.Counters().Page(ctx, "free", "", 10); err != nil || len(page.Counters) != 0 || page.Next != "" {
 		t.Fatalf("an exempt rule: %+v, %v", page, err)
 	}
-	if n, err := e.ClearCounters(ctx, "free"); err != nil || n != 0 {
+	if n, err := e.Counters().Clear(ctx, "free"); err != nil || n != 0 {
 		t.Fatalf("clear an exempt rule: %d, %v", n, err)
 	}
 
@@ -176,11 +176,11 @@ func TestCountersPagesAndPeeks(t *testing.T) {
 	if res := e.Check(ctx, &host.CheckRequest{Request: host.Request{IP: limited, Path: "/ip"}, Hits: 1}); res.Allowed {
 		t.Fatal("a subject over its limit was allowed")
 	}
-	n, err := e.ClearCounters(ctx, "per-ip")
+	n, err := e.Counters().Clear(ctx, "per-ip")
 	if err != nil || n < subjects {
 		t.Fatalf("ClearCounters: %d keys, %v; want one or more per subject", n, err)
 	}
-	if page, err := e.Counters(ctx, "per-ip", "", 1000); err != nil || len(page.Counters) != 0 || page.Next != "" {
+	if page, err := e.Counters().Page(ctx, "per-ip", "", 1000); err != nil || len(page.Counters) != 0 || page.Next != "" {
 		t.Fatalf("after clearing: %d counters, next %q, %v", len(page.Counters), page.Next, err)
 	}
 	others, _ := allCounters(t, e, "other", 1000)
@@ -213,7 +213,7 @@ func TestCountersOfDynamicConfigs(t *testing.T) {
 	}
 
 	hit(t, e, host.Request{User: "carol", Path: "/header", Headers: map[string]string{"x-limit": "7"}}, 2)
-	page, err := e.Counters(ctx, "per-limit-header", "", 10)
+	page, err := e.Counters().Page(ctx, "per-limit-header", "", 10)
 	if err != nil || len(page.Counters) != 1 {
 		t.Fatalf("per-limit-header: %+v, %v", page, err)
 	}
@@ -224,7 +224,7 @@ func TestCountersOfDynamicConfigs(t *testing.T) {
 	// A subject too long for keys is listed (and read) by its hash.
 	long := strings.Repeat("x", 200)
 	hit(t, e, host.Request{IP: long, Path: "/ip"}, 2)
-	page, err = e.Counters(ctx, "per-ip", "", 10)
+	page, err = e.Counters().Page(ctx, "per-ip", "", 10)
 	if err != nil || len(page.Counters) != 1 {
 		t.Fatalf("per-ip: %+v, %v", page, err)
 	}
@@ -253,7 +253,7 @@ func TestClusterCountersThroughTheEngine(t *testing.T) {
 			t.Fatalf("subject %s: %+v", ip, c)
 		}
 	}
-	n, err := e.ClearCounters(ctx, "per-ip")
+	n, err := e.Counters().Clear(ctx, "per-ip")
 	if err != nil || n < subjects {
 		t.Fatalf("ClearCounters: %d, %v", n, err)
 	}
@@ -288,7 +288,7 @@ rules:
 		if err := os.WriteFile(path, []byte(rulesText), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.Reload(); err != nil {
+		if _, err := e.Reload(context.Background(), "test"); err != nil {
 			t.Fatalf("reload: %v", err)
 		}
 	}
@@ -365,7 +365,7 @@ rules:
 		t.Fatalf("the plugin changed: %v listed", u)
 	}
 	hit(t, e, req, 1)
-	if n, err := e.ClearCounters(ctx, "login2"); err != nil || n != 2 { // sortedset's log and meta
+	if n, err := e.Counters().Clear(ctx, "login2"); err != nil || n != 2 { // sortedset's log and meta
 		t.Fatalf("ClearCounters: %d, %v", n, err)
 	}
 	if d := ttl("ruled:fixedwindow:login2:{alice}:c"); d <= 0 {

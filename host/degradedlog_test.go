@@ -58,7 +58,7 @@ func TestDegradedDecisionsLogOncePerRule(t *testing.T) {
 			if err := os.WriteFile(path, []byte(policyRules), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.Load(path); err != nil {
+			if _, err := e.Load(context.Background(), path); err != nil {
 				t.Fatal(err)
 			}
 			srv.Kill()

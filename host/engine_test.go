@@ -48,7 +48,7 @@ func newEngineOpts(t testing.TB, srv *redistest.Server, yaml string, o capabilit
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatalf("load: %v", err)
 	}
 	return e
@@ -211,7 +211,7 @@ rules:
 			t.Fatalf("check %d made %d script calls, want 1 (no lease, no deny cache)", i, calls.Load()-before)
 		}
 	}
-	if e.DenyCacheHits() != 0 {
-		t.Errorf("deny cache answered %d checks", e.DenyCacheHits())
+	if e.Inspect().DenyCacheHits() != 0 {
+		t.Errorf("deny cache answered %d checks", e.Inspect().DenyCacheHits())
 	}
 }

@@ -77,11 +77,11 @@ func TestExemptReplacesAndDetailedMetric(t *testing.T) {
 	if want := []string{"per-ip/192.0.2.1/allowed", "per-ip/192.0.2.1/denied"}; !slices.Equal(got, want) {
 		t.Fatalf("subject decisions %q, want %q", got, want)
 	}
-	infos := e.RuleInfos()
+	infos := e.Inspect().RuleInfos()
 	if !infos[0].Exempt || infos[0].Plugin != "" || !infos[1].DetailedMetric || !slices.Equal(infos[2].Replaces, []string{"per-ip"}) {
 		t.Fatalf("rule infos %+v", infos)
 	}
-	if n, err := e.Reset(ctx, "office", "x"); n != 0 || err != nil {
+	if n, err := e.Counters().Reset(ctx, "office", "x"); n != 0 || err != nil {
 		t.Fatalf("reset of an exempt rule: %d, %v; want nothing to do", n, err)
 	}
 }
@@ -154,7 +154,7 @@ func TestResetForgetsTheCachedDenial(t *testing.T) {
 	if res := check(e, "192.0.2.7"); res.Allowed {
 		t.Fatal("second request allowed with limit 1")
 	}
-	if _, err := e.Reset(ctx, "one", "192.0.2.7"); err != nil {
+	if _, err := e.Counters().Reset(ctx, "one", "192.0.2.7"); err != nil {
 		t.Fatal(err)
 	}
 	if res := check(e, "192.0.2.7"); !res.Allowed {

@@ -134,11 +134,11 @@ func TestRedisPausedOpensTheBreaker(t *testing.T) {
 	defer func() { close(stop); wg.Wait() }()
 	time.Sleep(100 * time.Millisecond)
 	srv.Pause()
-	waitFor(t, 2*time.Second, "the breaker to open", func() bool { return !e.Available() })
+	waitFor(t, 2*time.Second, "the breaker to open", func() bool { return !e.Inspect().Available() })
 	time.Sleep(300 * time.Millisecond)
 	srv.Resume()
 	resumed := time.Now()
-	waitFor(t, time.Second, "the breaker to close within 1s of SIGCONT", e.Available)
+	waitFor(t, time.Second, "the breaker to close within 1s of SIGCONT", e.Inspect().Available)
 	t.Logf("closed %v after SIGCONT; slowest decision %v", time.Since(resumed), time.Duration(slowest.Load()))
 	if budget := 2*timeout + 300*time.Millisecond; time.Duration(slowest.Load()) > budget {
 		t.Fatalf("slowest decision %v, budget %v", time.Duration(slowest.Load()), budget)
@@ -170,12 +170,12 @@ func TestLocalFallbackSharesTheLimitAcrossInstances(t *testing.T) {
 	var engines []*host.Engine
 	for i := 0; i < 3; i++ {
 		e := newEngine(t, srv, rules, 100*time.Millisecond)
-		go e.RunHeartbeat(ctx, fmt.Sprintf("instance-%d", i), 50*time.Millisecond)
+		go e.Run(ctx, fmt.Sprintf("instance-%d", i), 50*time.Millisecond)
 		engines = append(engines, e)
 	}
 	waitFor(t, 3*time.Second, "every instance to see three live instances", func() bool {
 		for _, e := range engines {
-			if e.ClusterSize() != 3 {
+			if e.Inspect().ClusterSize() != 3 {
 				return false
 			}
 		}
@@ -267,7 +267,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	if allowed.Load() != 2 || calls > 4+2 {
 		t.Fatalf("allowed %d with %d script calls for 200 requests; want 2 allowed and at most 6 calls", allowed.Load(), calls)
 	}
-	hits := engines[0].DenyCacheHits() + engines[1].DenyCacheHits()
+	hits := engines[0].Inspect().DenyCacheHits() + engines[1].Inspect().DenyCacheHits()
 	if hits < 190 {
 		t.Fatalf("deny cache answered %d of 198 denials", hits)
 	}

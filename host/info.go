@@ -26,20 +26,6 @@ type RuleInfo struct {
 	Line           int            `json:"line"`
 }
 
-// RuleInfos describes the serving rules in order.
-func (e *Engine) RuleInfos() []RuleInfo {
-	rs := e.gen.Load().set.Rules()
-	out := make([]RuleInfo, len(rs))
-	for i, r := range rs {
-		out[i] = RuleInfo{
-			Name: r.Name, Plugin: r.Plugin, OnError: string(r.OnError), Shadow: r.Shadow, Stop: r.Stop,
-			Exempt: r.Exempt, Replaces: r.Replaces, DetailedMetric: r.Detailed, Dynamic: r.Dynamic(), When: r.When, Subject: r.Subject, Config: r.RawConfig(),
-			File: r.Pos.File, Line: r.Pos.Line,
-		}
-	}
-	return out
-}
-
 // LoadError is one positioned rule-file error, as data.
 type LoadError struct {
 	File    string `json:"file"`

@@ -59,15 +59,15 @@ type leaseKey struct {
 }
 
 // LeaseKeyName is the Redis key that holds the fleet's lease key.
-func (e *Engine) LeaseKeyName() string { return e.cap.Prefix() + ":lease-key" }
+func (cl *ClientLeases) KeyName() string { return cl.e.cap.Prefix() + ":lease-key" }
 
-// LoadLeaseKey reads the fleet's lease key from Redis, creating it when
+// LoadKey reads the fleet's lease key from Redis, creating it when
 // there is none, and caches it. The daemon calls it at start; signing and
 // verifying call it when the cached key is missing or old.
-func (e *Engine) LoadLeaseKey(ctx context.Context) error {
-	e.leaseKey.mu.Lock()
-	defer e.leaseKey.mu.Unlock()
-	_, err := e.loadLeaseKeyLocked(ctx)
+func (cl *ClientLeases) LoadKey(ctx context.Context) error {
+	cl.e.leaseKey.mu.Lock()
+	defer cl.e.leaseKey.mu.Unlock()
+	_, err := cl.e.loadLeaseKeyLocked(ctx)
 	return err
 }
 
@@ -77,13 +77,13 @@ func (e *Engine) loadLeaseKeyLocked(ctx context.Context) ([]byte, error) {
 	_, _ = rand.Read(fresh) // never fails (crypto/rand)
 	ctx, cancel := context.WithTimeout(ctx, e.cap.Timeout())
 	defer cancel()
-	v, err := leaseKeyScript.Run(ctx, e.cap.Client(), []string{e.LeaseKeyName()}, fresh).Text()
+	v, err := leaseKeyScript.Run(ctx, e.cap.Client(), []string{e.clientLeases.KeyName()}, fresh).Text()
 	if err != nil {
-		return nil, fmt.Errorf("lease key %s: %w", e.LeaseKeyName(), err)
+		return nil, fmt.Errorf("lease key %s: %w", e.clientLeases.KeyName(), err)
 	}
 	if len(v) < minLeaseKeyBytes {
 		return nil, fmt.Errorf("lease key %s: %d bytes in Redis, want at least %d (delete it and ruled creates one): %w",
-			e.LeaseKeyName(), len(v), minLeaseKeyBytes, errLeaseKeyShort)
+			e.clientLeases.KeyName(), len(v), minLeaseKeyBytes, errLeaseKeyShort)
 	}
 	e.leaseKey.key, e.leaseKey.readAt = []byte(v), e.now()
 	return e.leaseKey.key, nil
@@ -115,36 +115,36 @@ func leaseMAC(key, data []byte) []byte {
 	return m.Sum(nil)
 }
 
-// SignLease returns the MAC of a lease string's contents under the fleet's
+// Sign returns the MAC of a lease string's contents under the fleet's
 // lease key. It fails when the key cannot be read from Redis.
-func (e *Engine) SignLease(ctx context.Context, data []byte) ([]byte, error) {
-	key, err := e.currentLeaseKey(ctx)
+func (cl *ClientLeases) Sign(ctx context.Context, data []byte) ([]byte, error) {
+	key, err := cl.e.currentLeaseKey(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sign lease: %w", err)
 	}
 	return leaseMAC(key, data), nil
 }
 
-// VerifyLease checks that mac is data's MAC under the fleet's lease key,
+// Verify checks that mac is data's MAC under the fleet's lease key,
 // and answers ErrLeaseForged when it is not. When the cached key does not
 // verify it, the key is read again (at most once per leaseKeyReread), so
 // that a key another instance created after a rotation is picked up.
-func (e *Engine) VerifyLease(ctx context.Context, data, mac []byte) error {
-	key, err := e.currentLeaseKey(ctx)
+func (cl *ClientLeases) Verify(ctx context.Context, data, mac []byte) error {
+	key, err := cl.e.currentLeaseKey(ctx)
 	if err != nil {
 		return fmt.Errorf("verify lease: %w", err)
 	}
 	if hmac.Equal(mac, leaseMAC(key, data)) {
 		return nil
 	}
-	e.leaseKey.mu.Lock()
-	defer e.leaseKey.mu.Unlock()
-	if e.now().Sub(e.leaseKey.readAt) >= leaseKeyReread {
-		if key, err = e.loadLeaseKeyLocked(ctx); err != nil {
+	cl.e.leaseKey.mu.Lock()
+	defer cl.e.leaseKey.mu.Unlock()
+	if cl.e.now().Sub(cl.e.leaseKey.readAt) >= leaseKeyReread {
+		if key, err = cl.e.loadLeaseKeyLocked(ctx); err != nil {
 			return fmt.Errorf("verify lease: %w", err)
 		}
 	} else {
-		key = e.leaseKey.key // another call may have read it meanwhile
+		key = cl.e.leaseKey.key // another call may have read it meanwhile
 	}
 	if hmac.Equal(mac, leaseMAC(key, data)) {
 		return nil

@@ -41,27 +41,27 @@ func TestLeaseMACSharedByTheFleet(t *testing.T) {
 	a := newEngine(t, srv, clientLeaseRules, time.Second)
 	b := newEngine(t, srv, clientLeaseRules, time.Second)
 	data := []byte(`{"p":10,"h":[{"Rule":"per-ip","Subject":"192.0.2.1","Taken":10}]}`)
-	mac, err := a.SignLease(ctx, data)
+	mac, err := a.ClientLeases().Sign(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.VerifyLease(ctx, data, mac); err != nil {
+	if err := b.ClientLeases().Verify(ctx, data, mac); err != nil {
 		t.Fatalf("another instance refuses the lease: %v", err)
 	}
-	key, err := srv.Client().Get(ctx, a.LeaseKeyName()).Bytes()
+	key, err := srv.Client().Get(ctx, a.ClientLeases().KeyName()).Bytes()
 	if err != nil || len(key) != host.LeaseKeyBytes {
 		t.Fatalf("lease key in Redis: %d bytes, %v; want %d", len(key), err, host.LeaseKeyBytes)
 	}
 	changed := []byte(`{"p":99,"h":[{"Rule":"per-ip","Subject":"192.0.2.1","Taken":99}]}`)
-	if err := b.VerifyLease(ctx, changed, mac); !errors.Is(err, host.ErrLeaseForged) {
+	if err := b.ClientLeases().Verify(ctx, changed, mac); !errors.Is(err, host.ErrLeaseForged) {
 		t.Fatalf("changed lease: %v, want ErrLeaseForged", err)
 	}
 	other := newEngine(t, redistest.Start(t), clientLeaseRules, time.Second) // another fleet
-	foreign, err := other.SignLease(ctx, data)
+	foreign, err := other.ClientLeases().Sign(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.VerifyLease(ctx, data, foreign); !errors.Is(err, host.ErrLeaseForged) {
+	if err := b.ClientLeases().Verify(ctx, data, foreign); !errors.Is(err, host.ErrLeaseForged) {
 		t.Fatalf("another fleet's lease: %v, want ErrLeaseForged", err)
 	}
 }
@@ -76,54 +76,54 @@ func TestLeaseKeyRotation(t *testing.T) {
 	clk := &fakeClock{t: time.Now()}
 	a := newClockedEngine(t, srv, clk)
 	data := []byte("lease contents")
-	old, err := a.SignLease(ctx, data)
+	old, err := a.ClientLeases().Sign(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Client().Del(ctx, a.LeaseKeyName()).Err(); err != nil {
+	if err := srv.Client().Del(ctx, a.ClientLeases().KeyName()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	b := newClockedEngine(t, srv, clk) // starts after the rotation
-	if err := b.LoadLeaseKey(ctx); err != nil {
+	if err := b.ClientLeases().LoadKey(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := b.SignLease(ctx, data)
+	fresh, err := b.ClientLeases().Sign(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.VerifyLease(ctx, data, old); !errors.Is(err, host.ErrLeaseForged) {
+	if err := b.ClientLeases().Verify(ctx, data, old); !errors.Is(err, host.ErrLeaseForged) {
 		t.Fatalf("a lease of the old key: %v, want ErrLeaseForged", err)
 	}
 	// a read its key just now: a failed MAC does not read it again yet.
-	if err := a.VerifyLease(ctx, data, fresh); !errors.Is(err, host.ErrLeaseForged) {
+	if err := a.ClientLeases().Verify(ctx, data, fresh); !errors.Is(err, host.ErrLeaseForged) {
 		t.Fatalf("within a second of its last read, a verified the new key's MAC (%v): it read Redis again", err)
 	}
 	clk.add(time.Second)
-	if err := a.VerifyLease(ctx, data, fresh); err != nil {
+	if err := a.ClientLeases().Verify(ctx, data, fresh); err != nil {
 		t.Fatalf("a second later, a does not pick up the new key: %v", err)
 	}
-	if err := a.VerifyLease(ctx, data, old); !errors.Is(err, host.ErrLeaseForged) {
+	if err := a.ClientLeases().Verify(ctx, data, old); !errors.Is(err, host.ErrLeaseForged) {
 		t.Fatalf("after picking up the new key, a still takes the old one's lease: %v", err)
 	}
 	// Replaced in place (SET): signing picks it up within the refresh.
-	if err := srv.Client().Set(ctx, a.LeaseKeyName(), "0123456789abcdef0123456789abcdef", 0).Err(); err != nil {
+	if err := srv.Client().Set(ctx, a.ClientLeases().KeyName(), "0123456789abcdef0123456789abcdef", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	clk.add(10 * time.Second)
-	third, err := a.SignLease(ctx, data)
+	third, err := a.ClientLeases().Sign(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk.add(time.Second)
-	if err := b.VerifyLease(ctx, data, third); err != nil {
+	if err := b.ClientLeases().Verify(ctx, data, third); err != nil {
 		t.Fatalf("b refuses a's lease signed with the replaced key: %v", err)
 	}
 	// A key too short to be one is refused, not used.
-	if err := srv.Client().Set(ctx, a.LeaseKeyName(), "short", 0).Err(); err != nil {
+	if err := srv.Client().Set(ctx, a.ClientLeases().KeyName(), "short", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	clk.add(10 * time.Second)
-	if _, err := a.SignLease(ctx, data); err == nil {
+	if _, err := a.ClientLeases().Sign(ctx, data); err == nil {
 		t.Fatal("signed with a 5-byte key")
 	}
 }
@@ -153,7 +153,7 @@ func TestLateReturnOfUnloadedRuleIsNotALabel(t *testing.T) {
 		func(o *host.Options) { o.Observer = rec })
 	ret := &host.LeaseReturn{Request: host.Request{IP: "192.0.2.1"}, Permits: 10, Unused: 10, Deadline: time.Now(), ID: host.NewLeaseID(),
 		Holds: []host.LeaseHold{{Rule: "per-ip", Subject: "192.0.2.1", Taken: 10}, {Rule: "not-loaded-42", Subject: "x", Taken: 7}}}
-	if _, err := e.ReturnLease(context.Background(), ret); !errors.Is(err, host.ErrLateReturn) {
+	if _, err := returnLease(context.Background(), e, ret); !errors.Is(err, host.ErrLateReturn) {
 		t.Fatalf("return: %v, want ErrLateReturn", err)
 	}
 	want := map[string]int64{"per-ip late": 10, host.LeaseRuleUnloaded + " late": 7}
@@ -171,19 +171,19 @@ func TestLeaseKeyOutlivesRedisFailures(t *testing.T) {
 	clk := &fakeClock{t: time.Now()}
 	a := newClockedEngine(t, srv, clk)
 	data := []byte("lease contents")
-	mac, err := a.SignLease(ctx, data)
+	mac, err := a.ClientLeases().Sign(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.Pause() // calls wait for their time-out, a second
 	defer srv.Resume()
 	clk.add(10 * time.Second) // the key is due for a read, which times out
-	if again, err := a.SignLease(ctx, data); err != nil || !bytes.Equal(again, mac) {
+	if again, err := a.ClientLeases().Sign(ctx, data); err != nil || !bytes.Equal(again, mac) {
 		t.Fatalf("with Redis down: %v; signed with the cached key: %v", err, bytes.Equal(again, mac))
 	}
 	start := time.Now()
 	for range 20 { // within the second after the failed read: no Redis call
-		if err := a.VerifyLease(ctx, data, mac); err != nil {
+		if err := a.ClientLeases().Verify(ctx, data, mac); err != nil {
 			t.Fatal(err)
 		}
 	}

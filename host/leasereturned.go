@@ -55,8 +55,8 @@ func ValidLeaseID(id string) bool {
 }
 
 // LeaseReturnedKey is the Redis key that marks the lease id returned.
-func (e *Engine) LeaseReturnedKey(id string) string {
-	return e.cap.Prefix() + ":_lease-returned:" + id
+func (cl *ClientLeases) ReturnedKey(id string) string {
+	return cl.e.cap.Prefix() + ":_lease-returned:" + id
 }
 
 // markReturned marks the leases of rets[claims[k]] returned, in one
@@ -74,7 +74,7 @@ func (e *Engine) markReturned(ctx context.Context, start time.Time, rets []*Leas
 		for k, i := range claims {
 			ret := rets[i]
 			ttl := max(ret.Deadline.Sub(start), 0) + LeaseReturnedTTL
-			cmds[k] = p.SetNX(ctx, e.LeaseReturnedKey(ret.ID), 1, ttl)
+			cmds[k] = p.SetNX(ctx, e.clientLeases.ReturnedKey(ret.ID), 1, ttl)
 		}
 		return nil
 	})

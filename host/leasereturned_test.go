@@ -18,7 +18,7 @@ import (
 // takeClientLease takes a lease of permits for req from e, all of them.
 func takeClientLease(t *testing.T, e *host.Engine, req host.Request, permits int64) host.ClientLease {
 	t.Helper()
-	l, err := e.Lease(context.Background(), &host.LeaseRequest{Request: req, Permits: permits})
+	l, err := e.ClientLeases().Take(context.Background(), &host.LeaseRequest{Request: req, Permits: permits})
 	if err != nil || l.Permits != permits || l.ID == "" {
 		t.Fatalf("lease %+v (%v), want %d permits and an id", l, err, permits)
 	}
@@ -56,7 +56,7 @@ func TestClientLeaseReturnedConcurrentlyCreditsOnce(t *testing.T) {
 			go func() {
 				defer done.Done()
 				start.Wait()
-				n, err := engines[i%len(engines)].ReturnLease(context.Background(), rets[i])
+				n, err := returnLease(context.Background(), engines[i%len(engines)], rets[i])
 				got[i] = host.LeaseReturnResult{Returned: n, Err: err}
 			}()
 		}
@@ -91,14 +91,14 @@ func TestClientLeaseReturnsSumToAtMostTheLease(t *testing.T) {
 	req := host.Request{IP: "192.0.2.20"}
 	l := takeClientLease(t, e, req, 30)
 
-	if n, err := e.ReturnLease(ctx, returnOf(req, l, 0)); err != nil || n != 0 {
+	if n, err := returnLease(ctx, e, returnOf(req, l, 0)); err != nil || n != 0 {
 		t.Fatalf("return of none unused: %d, %v; want 0 and no error", n, err)
 	}
-	out := e.ReturnClientLeases(ctx, []*host.LeaseReturn{returnOf(req, l, 3), returnOf(req, l, 30)})
+	out := e.ClientLeases().Return(ctx, []*host.LeaseReturn{returnOf(req, l, 3), returnOf(req, l, 30)})
 	if out[0].Err != nil || out[0].Returned != 3 || !errors.Is(out[1].Err, host.ErrLeaseReturned) || out[1].Returned != 0 {
 		t.Fatalf("the lease twice in one call: %+v, want 3 back and then ErrLeaseReturned", out)
 	}
-	if n, err := e.ReturnLease(ctx, returnOf(req, l, 30)); !errors.Is(err, host.ErrLeaseReturned) || n != 0 {
+	if n, err := returnLease(ctx, e, returnOf(req, l, 30)); !errors.Is(err, host.ErrLeaseReturned) || n != 0 {
 		t.Fatalf("a later return: %d, %v; want 0 and ErrLeaseReturned", n, err)
 	}
 	if got := peekRemaining(t, e, req, "per-ip"); got != 100-30+3 {
@@ -108,12 +108,12 @@ func TestClientLeaseReturnsSumToAtMostTheLease(t *testing.T) {
 	// The mark expires a little past the lease's deadline, not before it.
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
-	if key := e.LeaseReturnedKey(l.ID); key != "ruled:_lease-returned:"+l.ID {
+	if key := e.ClientLeases().ReturnedKey(l.ID); key != "ruled:_lease-returned:"+l.ID {
 		t.Errorf("mark at %q, want ruled:_lease-returned:<id> as docs/http.md says", key)
 	}
-	ttl, err := c.PTTL(ctx, e.LeaseReturnedKey(l.ID)).Result()
+	ttl, err := c.PTTL(ctx, e.ClientLeases().ReturnedKey(l.ID)).Result()
 	if err != nil || ttl < host.LeaseReturnedTTL || ttl > l.TTL+host.LeaseReturnedTTL {
-		t.Fatalf("mark %s: TTL %v (%v), want within [%v, %v]", e.LeaseReturnedKey(l.ID), ttl, err, host.LeaseReturnedTTL, l.TTL+host.LeaseReturnedTTL)
+		t.Fatalf("mark %s: TTL %v (%v), want within [%v, %v]", e.ClientLeases().ReturnedKey(l.ID), ttl, err, host.LeaseReturnedTTL, l.TTL+host.LeaseReturnedTTL)
 	}
 }
 
@@ -126,7 +126,7 @@ func TestClientLeaseReturnNeedsAnID(t *testing.T) {
 	for _, id := range []string{"", "a:b", string(make([]byte, 65))} {
 		ret := returnOf(req, l, 30)
 		ret.ID = id
-		if n, err := e.ReturnLease(context.Background(), ret); err == nil || n != 0 {
+		if n, err := returnLease(context.Background(), e, ret); err == nil || n != 0 {
 			t.Errorf("return with lease id %q: %d, %v; want refused", id, n, err)
 		}
 	}

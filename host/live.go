@@ -38,7 +38,7 @@ func (g *generation) decideRule(ctx context.Context, b budget, sel rules.Selecti
 		d, err = e.decideLeased(ctx, b, p, key, sel, r)
 	} else {
 		if rule.Lease > 0 {
-			e.returnLease(ctx, b, key)
+			e.returnRuleLease(ctx, b, key)
 		}
 		d, err = safeDecide(ctx, b, p, rule.Name, sel.Config, r)
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,13 +27,23 @@ return redis.call('ZCARD', KEYS[1])
 // membersKey is the sorted set of live instances.
 func (e *Engine) membersKey() string { return e.cap.Prefix() + ":instances" }
 
-// RunHeartbeat registers this instance (id must be unique among instances)
-// every interval and keeps the count of live instances, the cluster size
-// that on_error: local divides limits by. An instance counts as live for
-// three intervals after its last heartbeat. While Redis is unreachable the
-// last count stays in force. RunHeartbeat deregisters the instance and
-// returns when ctx ends.
-func (e *Engine) RunHeartbeat(ctx context.Context, id string, interval time.Duration) {
+// Run does the engine's background work until ctx ends: the heartbeat
+// that registers this instance (id must be unique among the instances
+// sharing the Redis) every interval, default DefaultHeartbeat, and keeps
+// the count of live instances that on_error: local divides limits by; and
+// the return of idle rule leases' permits (returnIdleRuleLeases). An
+// instance counts as live for three intervals after its last heartbeat;
+// while Redis is unreachable the last count stays in force. Run
+// deregisters the instance and returns when ctx ends.
+func (e *Engine) Run(ctx context.Context, id string, interval time.Duration) {
+	var wg sync.WaitGroup
+	wg.Go(func() { e.returnIdleRuleLeases(ctx) })
+	e.heartbeat(ctx, id, interval)
+	wg.Wait()
+}
+
+// heartbeat is Run's heartbeat.
+func (e *Engine) heartbeat(ctx context.Context, id string, interval time.Duration) {
 	if interval <= 0 {
 		interval = DefaultHeartbeat
 	}

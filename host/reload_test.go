@@ -69,7 +69,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	e := newEngine(t, srv, ruleSet("v0"), 5*time.Second)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	replace(t, path, ruleSet("v0"))
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	var stop atomic.Bool
@@ -99,13 +99,13 @@ func TestReloadUnderLoad(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		if i%3 == 0 {
 			replace(t, path, invalidSet)
-			if _, err := e.Reload(); err == nil {
+			if _, err := e.Reload(context.Background(), "test"); err == nil {
 				t.Fatalf("reload %d: invalid set accepted", i)
 			}
 			invalid++
 		} else {
 			replace(t, path, ruleSet(fmt.Sprintf("v%d", i)))
-			if _, err := e.Reload(); err != nil {
+			if _, err := e.Reload(context.Background(), "test"); err != nil {
 				t.Fatalf("reload %d: %v", i, err)
 			}
 		}
@@ -135,7 +135,7 @@ func TestWatchReloadsOnFileReplace(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reloads := make(chan error, 10)
-	go func() { _ = e.WatchRules(ctx, dir, func(_ int, err error) { reloads <- err }) }()
+	go func() { _ = host.WatchRules(ctx, e, dir, func(_ int, err error) { reloads <- err }) }()
 	time.Sleep(100 * time.Millisecond) // let the watch start
 	waitReload := func(want string) {
 		t.Helper()
@@ -150,12 +150,12 @@ func TestWatchReloadsOnFileReplace(t *testing.T) {
 	}
 	replace(t, path, ruleSet("second"))
 	waitReload("")
-	if r := e.RuleInfos(); r[0].Name != "second-one" {
+	if r := e.Inspect().RuleInfos(); r[0].Name != "second-one" {
 		t.Fatalf("rules after the change: %+v", r)
 	}
 	replace(t, path, invalidSet)
 	waitReload("nosuchfield")
-	if r := e.RuleInfos(); r[0].Name != "second-one" {
+	if r := e.Inspect().RuleInfos(); r[0].Name != "second-one" {
 		t.Fatalf("an invalid change took effect: %+v", r)
 	}
 }
@@ -173,7 +173,7 @@ func servingRules(t *testing.T, name string, dirLoad bool) (*host.Engine, string
 	if dirLoad {
 		from = dir
 	}
-	if _, err := e.Load(from); err != nil {
+	if _, err := e.Load(context.Background(), from); err != nil {
 		t.Fatal(err)
 	}
 	return e, dir, path
@@ -188,7 +188,7 @@ func watcher(t *testing.T, e *host.Engine, path string) <-chan error {
 	reloads := make(chan error, 100)
 	go func() {
 		defer close(done)
-		if err := e.WatchRules(ctx, path, func(_ int, err error) { reloads <- err }); err != nil {
+		if err := host.WatchRules(ctx, e, path, func(_ int, err error) { reloads <- err }); err != nil {
 			t.Errorf("WatchRules: %v", err)
 		}
 	}()
@@ -268,7 +268,7 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 	if err := expectReload(t, reloads, "a rule change while the log is written"); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.RuleInfos(); r[0].Name != "second-one" {
+	if r := e.Inspect().RuleInfos(); r[0].Name != "second-one" {
 		t.Fatalf("rules after the change: %+v", r)
 	}
 	t.Logf("reloaded %v after the change, with the log written meanwhile", time.Since(start))
@@ -352,11 +352,11 @@ func TestFailedReloadLogsEachError(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	replace(t, path, ruleSet("v1"))
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	replace(t, path, strings.Replace(invalidSet, "window: 1h}\n  - name: bad-two", "window: 1x}\n  - name: bad-two", 1))
-	if _, err := e.ReloadFrom(context.Background(), "test"); err == nil {
+	if _, err := e.Reload(context.Background(), "test"); err == nil {
 		t.Fatal("the invalid rules reloaded")
 	}
 	var got []map[string]any

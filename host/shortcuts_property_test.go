@@ -126,7 +126,7 @@ func TestShortcutsKeepEveryPluginsMeaning(t *testing.T) {
 				var trace []string
 				for i, o := range ops {
 					if o.advance > 0 {
-						fast.ReturnLeases(ctx)
+						host.ReturnRuleLeases(ctx, fast)
 						clock.Add(o.advance.Microseconds())
 						trace = append(trace, o.String())
 						continue
@@ -134,9 +134,9 @@ func TestShortcutsKeepEveryPluginsMeaning(t *testing.T) {
 					req := func() *host.CheckRequest {
 						return &host.CheckRequest{Request: host.Request{User: o.subject}, Hits: o.hits, DedupID: o.dedup, BestEffort: o.best}
 					}
-					cachedBefore, callsBefore := fast.DenyCacheHits(), calls.Load()
+					cachedBefore, callsBefore := fast.Inspect().DenyCacheHits(), calls.Load()
 					got, want := decisionOf(t, fast.Check(ctx, req())), decisionOf(t, plain.Check(ctx, req()))
-					cached := fast.DenyCacheHits() > cachedBefore
+					cached := fast.Inspect().DenyCacheHits() > cachedBefore
 					if calls.Load() == callsBefore && got.Allowed && o.hits > 0 {
 						leased++
 					}
@@ -147,12 +147,12 @@ func TestShortcutsKeepEveryPluginsMeaning(t *testing.T) {
 					}
 				}
 				t.Logf("%d scripts run for %d operations, %d denials from the cache, %d grants from a lease",
-					calls.Load(), len(ops), fast.DenyCacheHits(), leased)
+					calls.Load(), len(ops), fast.Inspect().DenyCacheHits(), leased)
 				traits := alg.Info().Traits
-				if traits.FirmDenials && fast.DenyCacheHits() == 0 {
+				if traits.FirmDenials && fast.Inspect().DenyCacheHits() == 0 {
 					t.Errorf("the deny cache never answered: the sequence does not test it")
 				}
-				if !traits.FirmDenials && fast.DenyCacheHits() != 0 {
+				if !traits.FirmDenials && fast.Inspect().DenyCacheHits() != 0 {
 					t.Errorf("the deny cache answered for a plugin without firm denials")
 				}
 				if traits.Leasable && mostlyAcquires && leased == 0 {

@@ -102,7 +102,7 @@ func engineOn(t *testing.T, srv *redistest.Server, yaml string, clock *atomic.In
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	return e

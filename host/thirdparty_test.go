@@ -77,7 +77,7 @@ rules:
 		}
 	}
 	write(uses)
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
@@ -91,12 +91,12 @@ rules:
 		t.Fatalf("third-party decision %+v", res.Results)
 	}
 	// Reloading the same declaration reuses the loaded plugin.
-	if _, err := e.Load(path); err != nil || loads.Load() != 1 || closed.Load() != 0 {
+	if _, err := e.Load(context.Background(), path); err != nil || loads.Load() != 1 || closed.Load() != 0 {
 		t.Fatalf("reload: err %v, loads %d, closed %d", err, loads.Load(), closed.Load())
 	}
 	// A broken plugin: positioned error, the old set keeps serving.
 	write(strings.Replace(uses, "mine.wasm", "broken.wasm", 1))
-	_, err = e.Load(path)
+	_, err = e.Load(context.Background(), path)
 	var list rules.ErrorList
 	if !errors.As(err, &list) || !strings.Contains(err.Error(), "rules.yaml:2:") || !strings.Contains(err.Error(), "not a Wasm module") {
 		t.Fatalf("broken plugin: %v", err)
@@ -106,12 +106,12 @@ rules:
 	}
 	// A built-in's name cannot be taken.
 	write("plugins:\n  fixedwindow: {wasm: x.wasm}\nrules: []\n")
-	if _, err := e.Load(path); err == nil || !strings.Contains(err.Error(), "built-in") {
+	if _, err := e.Load(context.Background(), path); err == nil || !strings.Contains(err.Error(), "built-in") {
 		t.Fatalf("built-in name: %v", err)
 	}
 	// No rule uses it any more: released after the swap.
 	write("rules: []\n")
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	if closed.Load() != 1 {
@@ -177,15 +177,15 @@ func TestReloadRereadsChangedPluginFiles(t *testing.T) {
 	mod, path := filepath.Join(dir, "mine.wasm"), filepath.Join(dir, "rules.yaml")
 	writeFile(t, mod, "module v1")
 	writeFile(t, path, mineRules("mine.wasm", `, sha256: "`+sha256Hex([]byte("module v1"))+`"`))
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Reload(); err != nil || loads.Load() != 1 {
+	if _, err := e.Reload(context.Background(), "test"); err != nil || loads.Load() != 1 {
 		t.Fatalf("reload of an unchanged module: %v, %d loads, want 1", err, loads.Load())
 	}
 
 	writeFile(t, mod, "module v2") // rebuilt, the pin not updated
-	_, err := e.Reload()
+	_, err := e.Reload(context.Background(), "test")
 	var list rules.ErrorList
 	// The declaration's error, and the rule's that uses the plugin.
 	if !errors.As(err, &list) || len(list) != 2 || list[0].Code != rules.CodePluginLoad || list[0].Pos.Line != 2 || list[0].Pos.Column != 3 {
@@ -210,20 +210,20 @@ func TestReloadRereadsChangedPluginFiles(t *testing.T) {
 
 	// The pin updated: the new module is loaded, the old one closed.
 	writeFile(t, path, mineRules("mine.wasm", `, sha256: "`+sha256Hex([]byte("module v2"))+`"`))
-	if _, err := e.Reload(); err != nil || loads.Load() != 2 || closed.Load() != 1 {
+	if _, err := e.Reload(context.Background(), "test"); err != nil || loads.Load() != 2 || closed.Load() != 1 {
 		t.Fatalf("pin updated: %v, %d loads, %d closes; want 2 and 1", err, loads.Load(), closed.Load())
 	}
 	// No pin: a changed module is loaded again too, an unchanged one not.
 	writeFile(t, path, mineRules("mine.wasm", ""))
-	if _, err := e.Reload(); err != nil {
+	if _, err := e.Reload(context.Background(), "test"); err != nil {
 		t.Fatal(err)
 	}
 	n := loads.Load()
 	writeFile(t, mod, "module v3")
-	if _, err := e.Reload(); err != nil || loads.Load() != n+1 {
+	if _, err := e.Reload(context.Background(), "test"); err != nil || loads.Load() != n+1 {
 		t.Fatalf("unpinned module changed: %v, %d loads, want %d", err, loads.Load(), n+1)
 	}
-	if _, err := e.Reload(); err != nil || loads.Load() != n+1 {
+	if _, err := e.Reload(context.Background(), "test"); err != nil || loads.Load() != n+1 {
 		t.Fatalf("unpinned module unchanged: %v, %d loads, want %d", err, loads.Load(), n+1)
 	}
 }
@@ -256,7 +256,7 @@ func TestPluginFilesAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		_, err := e.Load(path)
+		_, err := e.Load(context.Background(), path)
 		var list rules.ErrorList
 		if !errors.As(err, &list) || len(list) != 1 || list[0].Code != rules.CodePluginLoad || list[0].Pos.Line != 2 ||
 			!strings.Contains(err.Error(), tc.want) {
@@ -283,7 +283,7 @@ func TestWatchFollowsPluginFiles(t *testing.T) {
 	mod, path := filepath.Join(modDir, "mine.wasm"), filepath.Join(rulesDir, "rules.yaml")
 	writeFile(t, mod, "module v1")
 	writeFile(t, path, mineRules(mod, ""))
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	reloads := watcher(t, e, path)
@@ -357,7 +357,7 @@ rules:
     plugin: conc
     config: {limit: 2, window: 1h}
 `)
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	version := fixedwindow.New().Info().Version

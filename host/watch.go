@@ -44,9 +44,9 @@ const maxRuleFile = 64 << 20
 // any other file in those directories (a log written next to the rules)
 // never reloads. The files and directories watched follow the rule files'
 // declarations. A bad new set is logged and the old one keeps serving.
-// SIGHUP and the admin API reload unconditionally (ReloadFrom). WatchRules
-// returns when ctx ends.
-func (e *Engine) WatchRules(ctx context.Context, path string, onReload func(n int, err error)) error {
+// SIGHUP and the admin API reload unconditionally (Engine.Reload). WatchRules
+// returns when ctx ends. ruled serve runs it unless --watch=false.
+func WatchRules(ctx context.Context, e *Engine, path string, onReload func(n int, err error)) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("host: watching rules: %w", err)
@@ -92,8 +92,7 @@ func (e *Engine) WatchRules(ctx context.Context, path string, onReload func(n in
 				e.log.Debug("rule and plugin files unchanged; not reloading")
 				continue
 			}
-			n, err := e.ReloadContext(ctx)
-			e.logReload("file change", n, err)
+			n, err := e.Reload(ctx, "file change")
 			if onReload != nil {
 				onReload(n, err)
 			}
@@ -217,23 +216,6 @@ func (rw *ruleWatch) watchDirs(want map[string]bool) {
 	}
 }
 
-// logReload logs a reload's outcome. A failed reload gets one error line
-// per problem (LogRuleErrors), then one line that says the previous rules
-// keep serving; log processors see each problem as a record of its own.
-func (e *Engine) logReload(trigger string, n int, err error) {
-	if err == nil {
-		e.log.Info("rules reloaded", "trigger", trigger, "rules", n)
-		return
-	}
-	var list rules.ErrorList
-	if !errors.As(err, &list) {
-		e.log.Error("rules reload failed; the previous rules keep serving", "trigger", trigger, "err", err)
-		return
-	}
-	LogRuleErrors(e.log, "rules reload error", list, "trigger", trigger)
-	e.log.Error("rules reload failed; the previous rules keep serving", "trigger", trigger, "errors", len(list))
-}
-
 // LogRuleErrors logs err, a load error, at error level: one line with msg
 // per error of a rules.ErrorList, with attrs and then the error's file,
 // line, col and rule when known, its code, and its message as err; any
@@ -261,12 +243,4 @@ func LogRuleErrors(log *slog.Logger, msg string, err error, attrs ...any) int {
 		log.Error(msg, append(a, "code", le.Code, "err", le.Message)...)
 	}
 	return len(list)
-}
-
-// ReloadFrom reloads the rules and logs the outcome, naming what triggered it
-// (a signal, the admin API).
-func (e *Engine) ReloadFrom(ctx context.Context, trigger string) (int, error) {
-	n, err := e.ReloadContext(ctx)
-	e.logReload(trigger, n, err)
-	return n, err
 }

@@ -64,7 +64,7 @@ func loopbackAddr(a net.Addr) bool {
 // driver (native or wasm) and returns the function that writes one line per
 // plugin as it stops.
 func logPlugins(log *slog.Logger, e *host.Engine, driver string) (stopped func()) {
-	infos := e.PluginInfos()
+	infos := e.Inspect().PluginInfos()
 	for _, in := range infos {
 		log.Info("plugin started", "plugin", in.Name, "version", in.Version, "driver", driver, "scripts", len(in.Scripts))
 	}

@@ -94,7 +94,7 @@ func (r *redisRules) run(ctx context.Context, c *ruletest.Case) (ruletest.Outcom
 		return ruletest.Outcome{Case: c}, err
 	}
 	defer e.Close(context.WithoutCancel(ctx))
-	if _, err := e.Load(r.path); err != nil {
+	if _, err := e.Load(ctx, r.path); err != nil {
 		return ruletest.Outcome{Case: c}, err
 	}
 	clock.e = e

@@ -205,9 +205,9 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		defer cancel()
 		engine.Close(ctx)
 	}()
-	m.Bind(engine)
+	m.Bind(engine.Inspect())
 	defer logPlugins(log, engine, c.builtins)()
-	set, err := engine.Load(c.rules)
+	set, err := engine.Load(ctx, c.rules)
 	if err != nil {
 		reportRuleErrors(c, log, stderr, err)
 		return fmt.Errorf("rules in %s are invalid", c.rules)
@@ -222,14 +222,15 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	// The fleet's lease key (docs/operations.md, "Trust model"): created in
 	// Redis by the first instance, read by the others.
-	if err := engine.LoadLeaseKey(preloadCtx); err != nil {
+	if err := engine.ClientLeases().LoadKey(preloadCtx); err != nil {
 		log.Warn("lease key not read; it is read on the first client lease", "err", err)
 	}
 	cancel()
 
 	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
 	var background sync.WaitGroup
-	background.Go(func() { engine.RunHeartbeat(hbCtx, instanceID(), host.DefaultHeartbeat) })
+	// The heartbeat, and idle rule leases' quota given back for other instances.
+	background.Go(func() { engine.Run(hbCtx, instanceID(), host.DefaultHeartbeat) })
 	// The backstop that keeps the plugins' ACL users on every node.
 	background.Go(func() { cap.Reconcile(hbCtx, capability.DefaultReconcileEvery) })
 	// Health is measured, not remembered: /readyz and ruled_redis_up follow it.
@@ -247,12 +248,13 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	// the others too), calls have not found Redis unavailable for longer
 	// than the breaker's cooldown with none answered since, and every
 	// plugin can decide. gRPC health follows it.
-	ready := func(context.Context) error { return engine.ReadyErr() }
+	ready := func(context.Context) error { return engine.Inspect().ReadyErr() }
 	srv := httpapi.NewServer(httpapi.New(httpapi.Options{
 		Checker:        engine,
 		Ready:          ready,
 		Logger:         log,
-		Admin:          adminAPI{engine},
+		Admin:          engine,
+		Leases:         engine.ClientLeases(),
 		AdminToken:     c.adminToken,
 		TrustedProxies: c.trustedProxies,
 		Refunds:        c.refunds,
@@ -303,14 +305,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
 		go func() {
-			if err := engine.WatchRules(watchCtx, c.rules, nil); err != nil {
+			if err := host.WatchRules(watchCtx, engine, c.rules, nil); err != nil {
 				log.Warn("rule files are not watched; reload with SIGHUP or the admin API", "err", err)
 			}
 		}()
 	}
-	leasesCtx, stopLeases := context.WithCancel(ctx)
-	defer stopLeases()
-	go engine.ReturnIdleLeases(leasesCtx) // quota in idle leases goes back for other instances
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -320,7 +319,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		tctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 		reloadTLS(tctx, certs, log) // new handshakes on both listeners; open connections keep theirs
 		cancel()
-		_, _ = engine.ReloadFrom(ctx, "SIGHUP") // reading the rule files is bounded by host.ReadTimeout
+		_, _ = engine.Reload(ctx, "SIGHUP") // reading the rule files is bounded by host.ReadTimeout
 	}}
 	for {
 		select {
@@ -343,12 +342,6 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		}
 	}
 }
-
-// adminAPI adapts the engine to the admin endpoints, logging reloads.
-type adminAPI struct{ *host.Engine }
-
-// Reload implements httpapi.Admin.
-func (a adminAPI) Reload() (int, error) { return a.ReloadFrom(context.Background(), "admin API") }
 
 // hupReloads runs the reloads SIGHUP asks for, one at a time, off the
 // signal loop. A SIGHUP while one runs queues one more (several queue one)

@@ -50,10 +50,10 @@ func startBackends(t *testing.T, rulesText string) *backends {
 	if err := os.WriteFile(rulesPath, []byte(rulesText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(rulesPath); err != nil {
+	if _, err := e.Load(context.Background(), rulesPath); err != nil {
 		t.Fatal(err)
 	}
-	api := httpapi.New(httpapi.Options{Checker: e})
+	api := httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases()})
 	b.ruled = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.checks.Add(1)
 		api.ServeHTTP(w, r)

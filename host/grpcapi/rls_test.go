@@ -79,7 +79,7 @@ func newFixtureOf(t *testing.T, timeout time.Duration, rules string) *fixture {
 	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -17,15 +17,12 @@ import (
 // Admin is what the admin endpoints operate on; *host.Engine implements it.
 type Admin interface {
 	Status() host.LoadStatus
-	RuleInfos() []host.RuleInfo
-	PluginInfos() []sdk.Info
-	PluginStatuses() []host.PluginStatus
-	Reload() (int, error)
-	Reset(ctx context.Context, rule, subject string) (int64, error)
-	// Counters returns one page of a rule's subjects and their counters.
-	Counters(ctx context.Context, rule, cursor string, limit int) (host.CounterPage, error)
-	// ClearCounters deletes every counter of a rule.
-	ClearCounters(ctx context.Context, rule string) (int64, error)
+	// Reload loads the rules again, logging the outcome with trigger.
+	Reload(ctx context.Context, trigger string) (int, error)
+	// Inspect reports on the rules and plugins.
+	Inspect() *host.Inspector
+	// Counters operate on what the rules count.
+	Counters() *host.Counters
 }
 
 // bearerToken returns the token of an Authorization header of the Bearer
@@ -68,7 +65,7 @@ func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) a
 		writeJSON(w, http.StatusOK, rulesAnswer(a))
 	}))
 	s.mux.HandleFunc("GET /v1/admin/plugins", readOnly(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"plugins": pluginsAnswer(a.PluginInfos(), a.PluginStatuses())})
+		writeJSON(w, http.StatusOK, map[string]any{"plugins": pluginsAnswer(a.Inspect().PluginInfos(), a.Inspect().PluginStatuses())})
 	}))
 	if stats != nil {
 		s.mux.HandleFunc("GET /v1/admin/stats", readOnly(func(w http.ResponseWriter, r *http.Request) {
@@ -81,7 +78,7 @@ func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) a
 	}
 	s.mountClearCounters(a, guard)
 	s.mux.HandleFunc("POST /v1/admin/reload", guard(func(w http.ResponseWriter, r *http.Request) {
-		n, err := a.Reload()
+		n, err := a.Reload(context.WithoutCancel(r.Context()), "admin API")
 		if err != nil {
 			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{
 				"error":  &Error{Code: "invalid_rules", Message: "the new rules are invalid; the previous rules keep serving"},
@@ -104,7 +101,7 @@ func (s *Server) mountAdmin(a Admin, token string, stats func(context.Context) a
 			writeError(w, newBadRequest("invalid_field", "rule: required"))
 			return
 		}
-		n, err := a.Reset(r.Context(), body.Rule, body.Subject)
+		n, err := a.Counters().Reset(r.Context(), body.Rule, body.Subject)
 		if e := adminError(err, "reset_failed"); e != nil {
 			writeError(w, e)
 			return
@@ -145,7 +142,7 @@ func rulesAnswer(a Admin) map[string]any {
 		sa.LastError = host.LoadErrors(st.LastError)
 		sa.LastErrorAt = &st.LastErrorAt
 	}
-	return map[string]any{"status": sa, "rules": a.RuleInfos()}
+	return map[string]any{"status": sa, "rules": a.Inspect().RuleInfos()}
 }
 
 type pluginAnswer struct {

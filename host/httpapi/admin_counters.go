@@ -50,7 +50,7 @@ func (s *Server) mountCounters(a Admin, read func(http.HandlerFunc) http.Handler
 			}
 			limit = n
 		}
-		page, err := a.Counters(r.Context(), q.Get("rule"), q.Get("cursor"), limit)
+		page, err := a.Counters().Page(r.Context(), q.Get("rule"), q.Get("cursor"), limit)
 		if e := adminError(err, "counters_failed"); e != nil {
 			writeError(w, e)
 			return
@@ -77,7 +77,7 @@ func (s *Server) mountClearCounters(a Admin, guard func(http.HandlerFunc) http.H
 			writeError(w, e)
 			return
 		}
-		n, err := a.ClearCounters(r.Context(), q.Get("rule"))
+		n, err := a.Counters().Clear(r.Context(), q.Get("rule"))
 		if e := adminError(err, "clear_failed"); e != nil {
 			writeError(w, e)
 			return

@@ -34,7 +34,7 @@ const badInputRules = `rules:
 // the rule's on_error: allow, and the earlier rule's unit refunded.
 func TestBadInputFromAPluginIs400(t *testing.T) {
 	e, _ := newTestEngine(t, redistest.Start(t), 2*time.Second, badInputRules, append(builtin.All(), limiter.New()))
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases()}))
 	t.Cleanup(srv.Close)
 
 	post := func(path, body string) (int, string) {

@@ -53,7 +53,7 @@ func newFixtureTimeout(t *testing.T, token string, timeout time.Duration) *fixtu
 	t.Helper()
 	rs := redistest.Start(t)
 	e, path := newTestEngine(t, rs, timeout, testRules, builtin.All())
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Admin: e, AdminToken: token,
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases(), Admin: e, AdminToken: token,
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "# metrics\n") }),
 		UI:      http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "<html></html>") }),
 		Stats:   func(context.Context) any { return map[string]any{} },
@@ -76,7 +76,7 @@ func newTestEngine(t *testing.T, rs *redistest.Server, timeout time.Duration, ru
 	if err := os.WriteFile(path, []byte(rulesText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	return e, path
@@ -141,13 +141,13 @@ func TestForwardAuthIgnoresHeadersFromUntrustedPeers(t *testing.T) {
 	e, _ := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: 2 * time.Second}), Plugins: builtin.All()})
 	path := filepath.Join(t.TempDir(), "r.yaml")
 	_ = os.WriteFile(path, []byte(testRules), 0o600)
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, TrustedProxies: nil}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases(), TrustedProxies: nil}))
 	defer srv.Close()
 	// Trust nobody: the spoofed X-Real-IP must not be believed.
-	strict := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, TrustedProxies: []netip.Prefix{}}))
+	strict := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases(), TrustedProxies: []netip.Prefix{}}))
 	defer strict.Close()
 	for i := 0; i < 3; i++ {
 		req, _ := http.NewRequest("GET", strict.URL+"/v1/auth", nil)
@@ -336,10 +336,10 @@ func TestAcquireWaitsForTheWindow(t *testing.T) {
 	e, _ := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: 2 * time.Second}), Plugins: builtin.All()})
 	path := filepath.Join(t.TempDir(), "r.yaml")
 	_ = os.WriteFile(path, []byte("rules:\n  - name: fast\n    subject: request.ip\n    plugin: fixedwindow\n    config: {limit: 1, window: 300ms}\n"), 0o600)
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases()}))
 	defer srv.Close()
 	post := func(body string) int {
 		resp, err := http.Post(srv.URL+"/v1/acquire", "application/json", strings.NewReader(body))

@@ -14,17 +14,17 @@ import (
 	"github.com/ruled-dev/ruled/host"
 )
 
-// Leaser takes and returns client leases (an *host.Engine is one), and
+// Leaser takes and returns client leases (*host.ClientLeases is one), and
 // signs and verifies the lease strings with the fleet's lease key.
 type Leaser interface {
-	Lease(ctx context.Context, req *host.LeaseRequest) (host.ClientLease, error)
-	// ReturnClientLeases gives back the unused units of leases, each lease
-	// at most once (host.ErrLeaseReturned for the other returns of it).
-	ReturnClientLeases(ctx context.Context, rets []*host.LeaseReturn) []host.LeaseReturnResult
-	// SignLease returns the MAC of a lease string's contents.
-	SignLease(ctx context.Context, data []byte) ([]byte, error)
-	// VerifyLease answers host.ErrLeaseForged when mac is not data's MAC.
-	VerifyLease(ctx context.Context, data, mac []byte) error
+	Take(ctx context.Context, req *host.LeaseRequest) (host.ClientLease, error)
+	// Return gives back the unused units of leases, each lease at most
+	// once (host.ErrLeaseReturned for the other returns of it).
+	Return(ctx context.Context, rets []*host.LeaseReturn) []host.LeaseReturnResult
+	// Sign returns the MAC of a lease string's contents.
+	Sign(ctx context.Context, data []byte) ([]byte, error)
+	// Verify answers host.ErrLeaseForged when mac is not data's MAC.
+	Verify(ctx context.Context, data, mac []byte) error
 }
 
 // MaxLeaseReturns bounds the returns in one /v1/lease/return call.
@@ -73,7 +73,7 @@ func (t *leaseTicket) encode(ctx context.Context, l Leaser) (string, error) {
 	if err != nil { // strings and integers always marshal
 		panic(err)
 	}
-	mac, err := l.SignLease(ctx, data)
+	mac, err := l.Sign(ctx, data)
 	if err != nil {
 		return "", err
 	}
@@ -108,7 +108,7 @@ func decodeTicket(ctx context.Context, l Leaser, s string, now time.Time) (*leas
 	if err != nil {
 		return nil, fmt.Errorf("%w: signature: %w", errBadTicket, err)
 	}
-	if err := l.VerifyLease(ctx, data, mac); err != nil {
+	if err := l.Verify(ctx, data, mac); err != nil {
 		return nil, err
 	}
 	var t leaseTicket
@@ -152,7 +152,7 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := &host.LeaseRequest{Request: body.Request.toHost(), Attrs: body.Attrs, Permits: body.Permits}
-	l, err := s.leaser.Lease(r.Context(), req)
+	l, err := s.leaser.Take(r.Context(), req)
 	if err != nil {
 		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "lease_failed", Message: err.Error()})
 		return
@@ -262,7 +262,7 @@ func (s *Server) handleLeaseReturn(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(some) > 0 {
-		for k, res := range s.leaser.ReturnClientLeases(r.Context(), some) {
+		for k, res := range s.leaser.Return(r.Context(), some) {
 			out.Returned += res.Returned
 			switch {
 			case errors.Is(res.Err, host.ErrLateReturn):

@@ -34,7 +34,7 @@ func newLeaseFixture(t *testing.T, timeout time.Duration) *fixture {
 	t.Helper()
 	rs := redistest.Start(t)
 	e, path := newTestEngine(t, rs, timeout, leaseRules, builtin.All())
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases()}))
 	t.Cleanup(srv.Close)
 	return &fixture{redis: rs, srv: srv, engine: e, rules: path}
 }
@@ -183,7 +183,7 @@ func TestLeaseAnswerHeaders(t *testing.T) {
 // signLease is a lease string of data signed with e's lease key.
 func signLease(t *testing.T, e *host.Engine, data string) string {
 	t.Helper()
-	mac, err := e.SignLease(context.Background(), []byte(data))
+	mac, err := e.ClientLeases().Sign(context.Background(), []byte(data))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,27 +23,27 @@ type fixedLeaser struct {
 	lease host.ClientLease
 }
 
-func (f *fixedLeaser) Lease(context.Context, *host.LeaseRequest) (host.ClientLease, error) {
+func (f *fixedLeaser) Take(context.Context, *host.LeaseRequest) (host.ClientLease, error) {
 	return f.lease, nil
 }
 
-func (f *fixedLeaser) ReturnClientLeases(_ context.Context, rets []*host.LeaseReturn) []host.LeaseReturnResult {
+func (f *fixedLeaser) Return(_ context.Context, rets []*host.LeaseReturn) []host.LeaseReturnResult {
 	return make([]host.LeaseReturnResult, len(rets))
 }
 
 // testLeaseKey signs the lease strings of the fakes.
 var testLeaseKey = []byte("0123456789abcdef0123456789abcdef")
 
-// SignLease signs with testLeaseKey.
-func (f *fixedLeaser) SignLease(_ context.Context, data []byte) ([]byte, error) {
+// Sign signs with testLeaseKey.
+func (f *fixedLeaser) Sign(_ context.Context, data []byte) ([]byte, error) {
 	m := hmac.New(sha256.New, testLeaseKey)
 	m.Write(data)
 	return m.Sum(nil), nil
 }
 
-// VerifyLease verifies with testLeaseKey.
-func (f *fixedLeaser) VerifyLease(ctx context.Context, data, mac []byte) error {
-	want, _ := f.SignLease(ctx, data)
+// Verify verifies with testLeaseKey.
+func (f *fixedLeaser) Verify(ctx context.Context, data, mac []byte) error {
+	want, _ := f.Sign(ctx, data)
 	if !hmac.Equal(mac, want) {
 		return host.ErrLeaseForged
 	}
@@ -61,7 +61,7 @@ func TestLeaseTicketHoldsAtMostThePermits(t *testing.T) {
 			{Rule: "b", Subject: "s", Plugin: "fixedwindow", Decision: sdk.Decision{Allowed: true, Granted: 5, Limit: 5, Remaining: 0}},
 		}}}
 	w := httptest.NewRecorder()
-	New(Options{Checker: l}).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/lease", strings.NewReader(`{"permits": 10}`)))
+	New(Options{Checker: l, Leases: l}).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/lease", strings.NewReader(`{"permits": 10}`)))
 	var a leaseAnswer
 	if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil || w.Code != http.StatusOK || a.Lease == "" {
 		t.Fatalf("%d %s", w.Code, w.Body)

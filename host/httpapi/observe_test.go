@@ -19,9 +19,9 @@ func newObservedServer(t *testing.T, token string, loopback bool) (*fixture, *me
 	t.Helper()
 	f := newFixture(t, "")
 	m := metrics.New(metrics.Options{Version: "test"})
-	m.Bind(f.engine)
+	m.Bind(f.engine.Inspect())
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{
-		Checker: f.engine, Admin: f.engine, AdminToken: token, LoopbackStatus: loopback,
+		Checker: f.engine, Leases: f.engine.ClientLeases(), Admin: f.engine, AdminToken: token, LoopbackStatus: loopback,
 		Metrics: m.Handler(), UI: ui.Handler(), Stats: m.StatusFunc("test redis", nil),
 	}))
 	t.Cleanup(srv.Close)

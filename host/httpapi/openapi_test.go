@@ -275,19 +275,19 @@ func startOpenAPIServers(t *testing.T) *openAPIServers {
 	upEngine, upReady, rules := startOpenAPIEngine(t, redistest.Start(t), openAPIRules)
 	s.rules = rules
 	m := metrics.New(metrics.Options{Version: "openapi-test"})
-	m.Bind(upEngine)
+	m.Bind(upEngine.Inspect())
 	s.up = httptest.NewServer(httpapi.New(httpapi.Options{
-		Checker: upEngine, Admin: upEngine, AdminToken: "tok", Ready: upReady,
+		Checker: upEngine, Leases: upEngine.ClientLeases(), Admin: upEngine, AdminToken: "tok", Ready: upReady,
 		Metrics: m.Handler(), UI: ui.Handler(), Stats: m.StatusFunc("openapi test redis", upReady),
 	}))
 	t.Cleanup(s.up.Close)
 	s.loop = httptest.NewServer(httpapi.New(httpapi.Options{
-		Checker: upEngine, Admin: upEngine, LoopbackStatus: true, Ready: upReady,
+		Checker: upEngine, Leases: upEngine.ClientLeases(), Admin: upEngine, LoopbackStatus: true, Ready: upReady,
 		Stats: m.StatusFunc("openapi test redis", upReady),
 	}))
 	t.Cleanup(s.loop.Close)
 	s.admin = httptest.NewServer(httpapi.New(httpapi.Options{
-		Checker: upEngine, Admin: upEngine, AdminToken: "tok", Ready: upReady, Refunds: httpapi.RefundsAdmin,
+		Checker: upEngine, Leases: upEngine.ClientLeases(), Admin: upEngine, AdminToken: "tok", Ready: upReady, Refunds: httpapi.RefundsAdmin,
 	}))
 	t.Cleanup(s.admin.Close)
 
@@ -295,7 +295,7 @@ func startOpenAPIServers(t *testing.T) *openAPIServers {
 	downEngine, downReady, _ := startOpenAPIEngine(t, downRedis, openAPIDownRules)
 	downRedis.Kill()
 	s.down = httptest.NewServer(httpapi.New(httpapi.Options{
-		Checker: downEngine, Admin: downEngine, AdminToken: "tok", Ready: downReady,
+		Checker: downEngine, Leases: downEngine.ClientLeases(), Admin: downEngine, AdminToken: "tok", Ready: downReady,
 	}))
 	t.Cleanup(s.down.Close)
 	return &s
@@ -317,14 +317,14 @@ func startOpenAPIEngine(t *testing.T, rs *redistest.Server, rulesText string) (*
 	if err := os.WriteFile(path, []byte(rulesText), 0o600); err != nil {
 		t.Fatalf("write rules: %v", err)
 	}
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatalf("load rules: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Probe(ctx, 50*time.Millisecond) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	ready := func(context.Context) error { return errors.Join(c.ReadyErr(), e.PluginsReady()) }
+	ready := func(context.Context) error { return errors.Join(c.ReadyErr(), e.Inspect().PluginsReady()) }
 	return e, ready, path
 }
 

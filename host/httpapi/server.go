@@ -32,6 +32,8 @@ type Options struct {
 	Ready func(ctx context.Context) error
 	// Logger is the daemon's logger. Default slog.Default().
 	Logger *slog.Logger
+	// Leases, when set, serves /v1/lease and /v1/lease/return.
+	Leases Leaser
 	// Admin serves the /v1/admin/ endpoints. They exist only when both
 	// Admin and AdminToken are set.
 	Admin Admin
@@ -62,7 +64,7 @@ type Options struct {
 // Server is the HTTP handler of the v1 API.
 type Server struct {
 	check          Checker
-	leaser         Leaser // the checker, when it leases to clients
+	leaser         Leaser // Options.Leases
 	trustedProxies []netip.Prefix
 	refunds        Refunds
 	adminToken     string
@@ -92,8 +94,8 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
 	s.mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
 	s.mux.HandleFunc("POST /v1/acquire", s.handleAcquire)
-	if l, ok := o.Checker.(Leaser); ok {
-		s.leaser = l
+	if o.Leases != nil {
+		s.leaser = o.Leases
 		s.mux.HandleFunc("POST /v1/lease", s.handleLease)
 		s.mux.HandleFunc("POST /v1/lease/return", s.handleLeaseReturn)
 	}

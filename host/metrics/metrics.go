@@ -89,7 +89,7 @@ type Options struct {
 	Version string
 }
 
-// Engine is what Bind reads from the engine; *host.Engine implements it.
+// Engine is what Bind reads from the engine; *host.Inspector (host.Engine.Inspect) implements it.
 type Engine interface {
 	ClusterSize() int64
 	RedisNodes() []capability.NodeHealth

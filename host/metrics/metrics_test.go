@@ -64,12 +64,12 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Bind(e)
+	m.Bind(e.Inspect())
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(rulesYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(path); err != nil {
+	if _, err := e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	// ruled_redis_up follows the active probe, as ruled serve runs it.
@@ -169,7 +169,7 @@ func TestScrapeAfterKnownTraffic(t *testing.T) {
 	if err := os.WriteFile(r.rules, []byte("rules:\n  - name: [\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.e.Reload(); err == nil {
+	if _, err := r.e.Reload(context.Background(), "test"); err == nil {
 		t.Fatal("bad rules reloaded")
 	}
 	_, s = r.scrape(t)
@@ -178,7 +178,7 @@ func TestScrapeAfterKnownTraffic(t *testing.T) {
 	if err := os.WriteFile(r.rules, []byte(rulesYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.e.Reload(); err != nil {
+	if _, err := r.e.Reload(context.Background(), "test"); err != nil {
 		t.Fatal(err)
 	}
 	_, s = r.scrape(t)
@@ -197,8 +197,8 @@ func TestScrapeAfterKnownTraffic(t *testing.T) {
 	}
 	hbCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); r.e.RunHeartbeat(hbCtx, "instance-me", time.Hour) }()
-	for deadline := time.Now().Add(5 * time.Second); r.e.ClusterSize() != 2 && time.Now().Before(deadline); {
+	go func() { defer close(done); r.e.Run(hbCtx, "instance-me", time.Hour) }()
+	for deadline := time.Now().Add(5 * time.Second); r.e.Inspect().ClusterSize() != 2 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
@@ -354,21 +354,21 @@ func TestClientLeaseUnits(t *testing.T) {
 	if err := os.WriteFile(path, []byte("rules:\n  - name: leased\n    subject: request.ip\n    plugin: fixedwindow\n    config: {limit: 100, window: 1h}\n    lease: 30\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.e.Load(path); err != nil {
+	if _, err := r.e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	req := host.Request{IP: subject}
-	l, err := r.e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 50})
+	l, err := r.e.ClientLeases().Take(ctx, &host.LeaseRequest{Request: req, Permits: 50})
 	if err != nil || l.Permits != 30 {
 		t.Fatalf("lease %+v, %v", l, err)
 	}
 	ret := host.LeaseReturn{Request: req, Permits: 30, Unused: 10, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)}
-	if _, err := r.e.ReturnLease(ctx, &ret); err != nil {
+	if _, err := returnLease(ctx, r.e, &ret); err != nil {
 		t.Fatal(err)
 	}
 	ret.Unused, ret.Deadline = 4, time.Now()
-	if _, err := r.e.ReturnLease(ctx, &ret); !errors.Is(err, host.ErrLateReturn) {
+	if _, err := returnLease(ctx, r.e, &ret); !errors.Is(err, host.ErrLateReturn) {
 		t.Fatalf("late return: %v", err)
 	}
 	_, samples := r.scrape(t)
@@ -385,7 +385,7 @@ func TestSubjectDecisions(t *testing.T) {
 	if err := os.WriteFile(path, []byte("rules:\n  - name: per-tenant\n    subject: attrs[\"tenant\"]\n    plugin: fixedwindow\n    config: {limit: 1, window: 1h}\n    detailed_metric: true\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.e.Load(path); err != nil {
+	if _, err := r.e.Load(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -417,4 +417,10 @@ func BenchmarkSubjectDecision(b *testing.B) {
 	for b.Loop() {
 		m.SubjectDecision("r", "acme", host.OutcomeAllowed)
 	}
+}
+
+// returnLease gives back the unused permits of one lease.
+func returnLease(ctx context.Context, e *host.Engine, ret *host.LeaseReturn) (int64, error) {
+	r := e.ClientLeases().Return(ctx, []*host.LeaseReturn{ret})[0]
+	return r.Returned, r.Err
 }

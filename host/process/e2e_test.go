@@ -75,7 +75,7 @@ func (f *engineFixture) load(t *testing.T, yaml string) error {
 	if err := os.WriteFile(f.rules, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.engine.Load(f.rules)
+	_, err := f.engine.Load(context.Background(), f.rules)
 	return err
 }
 
@@ -146,7 +146,7 @@ func TestConcurrencyPluginOverHTTP(t *testing.T) {
 	if err := f.load(t, fmt.Sprintf(concurrencyRules, bin, digest(t, bin))); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: f.engine}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: f.engine, Leases: f.engine.ClientLeases()}))
 	defer srv.Close()
 	expect := func(got checkAnswer, status int, granted int64, what string) {
 		t.Helper()
@@ -235,7 +235,7 @@ func TestKilledPluginUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "degraded checks", func() bool { return degraded.Load() > 0 })
-	if err := f.engine.PluginsReady(); err == nil || !strings.Contains(err.Error(), "plugin concurrency") {
+	if err := f.engine.Inspect().PluginsReady(); err == nil || !strings.Contains(err.Error(), "plugin concurrency") {
 		t.Errorf("readiness during the outage: %v", err)
 	}
 	waitFor(t, 10*time.Second, "the restart", func() bool { return p.Status() == nil && p.PID() != pid })
@@ -244,8 +244,8 @@ func TestKilledPluginUnderLoad(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("ok %d, degraded %d (first: %v), restarts %d", ok.Load(), degraded.Load(), firstErr.Load(), p.Restarts())
-	if !sawDown.Load() || slow.Load() > 0 || p.Restarts() != 1 || f.engine.PluginsReady() != nil {
-		t.Fatalf("saw ErrDown %v, slow degraded checks %d, restarts %d, ready %v", sawDown.Load(), slow.Load(), p.Restarts(), f.engine.PluginsReady())
+	if !sawDown.Load() || slow.Load() > 0 || p.Restarts() != 1 || f.engine.Inspect().PluginsReady() != nil {
+		t.Fatalf("saw ErrDown %v, slow degraded checks %d, restarts %d, ready %v", sawDown.Load(), slow.Load(), p.Restarts(), f.engine.Inspect().PluginsReady())
 	}
 
 	f.engine.Close(context.Background())

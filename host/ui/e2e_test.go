@@ -68,7 +68,7 @@ func newPage(t *testing.T, adminToken string, loopback bool) *page {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Bind(e)
+	m.Bind(e.Inspect())
 	probing, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { cap.Probe(probing, time.Second); close(done) }()
@@ -77,12 +77,12 @@ func newPage(t *testing.T, adminToken string, loopback bool) *page {
 	if err := os.WriteFile(p.rules, []byte(rulesYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(p.rules); err != nil {
+	if _, err := e.Load(context.Background(), p.rules); err != nil {
 		t.Fatal(err)
 	}
 	ping := func(ctx context.Context) error { return client.Ping(ctx).Err() }
 	api := httpapi.New(httpapi.Options{
-		Checker: e, Admin: e, AdminToken: adminToken, LoopbackStatus: loopback,
+		Checker: e, Leases: e.ClientLeases(), Admin: e, AdminToken: adminToken, LoopbackStatus: loopback,
 		Metrics: m.Handler(), UI: ui.Handler(), Stats: m.StatusFunc("redis://"+rs.Addr(), ping),
 	})
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -267,7 +267,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if err := os.WriteFile(p.rules, []byte(rulesYAML+"  - name: broken\n    subject: request.ipp\n    plugin: fixedwindow\n    config: {limit: 1, window: 1s}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.engine.Reload(); err == nil {
+	if _, err := p.engine.Reload(context.Background(), "test"); err == nil {
 		t.Fatal("bad rules reloaded")
 	}
 	failed := browse(t, url, 2*time.Second)
@@ -325,7 +325,7 @@ func TestStatusPageScreenshot(t *testing.T) {
 	if err := os.WriteFile(p.rules, []byte(rulesYAML+"  - name: broken\n    subject: request.ipp\n    plugin: fixedwindow\n    config: {limit: 1, window: 1s}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = p.engine.Reload()
+	_, _ = p.engine.Reload(context.Background(), "test")
 	browse(t, p.srv.URL+"/ui/#token="+token, 45*time.Second, "--screenshot="+out, "--window-size=1200,800")
 	if fi, err := os.Stat(out); err != nil || fi.Size() == 0 {
 		t.Fatalf("no screenshot: %v", err)

@@ -11,6 +11,17 @@ import (
 	"github.com/ruled-dev/ruled/rules"
 )
 
+// ClientLeases lend permits to clients that grant them in-process (the Go
+// client, /v1/lease): Take decides them through the rule loop, Return
+// credits unused ones back once per lease fleet-wide, and Sign and Verify
+// authenticate the lease strings with the fleet's key. Engine.ClientLeases
+// returns them. (Rule leases, a rule's lease: N, are the engine's own
+// shortcut: ruleleases.go.)
+type ClientLeases struct{ e *Engine }
+
+// ClientLeases returns the engine's ClientLeases.
+func (e *Engine) ClientLeases() *ClientLeases { return &e.clientLeases }
+
 // ClientLeaseTTL bounds how long a client may grant leased permits after it
 // sent the request that took them. Leases also end with the earliest reset
 // of the rules they were taken from.
@@ -39,7 +50,7 @@ type LeaseHold struct {
 type ClientLease struct {
 	// ID names the lease, at random (NewLeaseID), when it holds units: a
 	// return names it, and the lease is credited at most once
-	// (ReturnClientLeases).
+	// (ClientLeases.Return).
 	ID string
 	// Leasable is false when some rule matching the request does not allow
 	// leases (no lease: N, or a plugin that cannot lease): the client asks
@@ -130,18 +141,18 @@ func (e *Engine) observeLease(rule string, event LeaseEvent, units int64) {
 	}
 }
 
-// Lease takes permits for a client to grant in-process: from every rule
-// the request matches, best effort, the same number from each (what a rule
-// took beyond the least any enforcing rule granted goes back at once). It
-// never degrades: when a plugin fails, it gives back what it took and
-// returns the error, and the client asks per request, where the rules'
-// on_error policies apply.
-func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, error) {
+// Take takes permits for a client to grant in-process, through the rule
+// loop (leaseMode): from every rule the request matches, best effort, the
+// same number from each (what a rule took beyond the least any enforcing
+// rule granted goes back at once). It never degrades: when a plugin fails,
+// it gives back what it took and returns the error, and the client asks
+// per request, where the rules' on_error policies apply.
+func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLease, error) {
 	if req.Permits < 1 || req.Permits > MaxClientLease {
 		return ClientLease{}, fmt.Errorf("lease: permits must be between 1 and %d, got %d", MaxClientLease, req.Permits)
 	}
-	b := newBudget(ctx, time.Now(), e.timeout)
-	g := e.gen.Load()
+	b := newBudget(ctx, time.Now(), cl.e.timeout)
+	g := cl.e.gen.Load()
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
 	sels := g.set.AppendMatch(nil, &in)
 	// An exempt rule admits and counts nothing: it does not bound a lease.
@@ -170,7 +181,7 @@ func (e *Engine) Lease(ctx context.Context, req *LeaseRequest) (ClientLease, err
 		if rr.Reset > 0 {
 			out.TTL = min(out.TTL, rr.Reset)
 		}
-		e.observeLease(rr.Rule, LeaseTaken, rr.Granted)
+		cl.e.observeLease(rr.Rule, LeaseTaken, rr.Granted)
 	}
 	if out.Permits == 0 {
 		out.TTL = 0
@@ -195,20 +206,13 @@ func notLeasable(sel rules.Selection) string {
 	return ""
 }
 
-// ReturnLease gives back the units a client did not use of a lease: it is
-// ReturnClientLeases of one return.
-func (e *Engine) ReturnLease(ctx context.Context, ret *LeaseReturn) (int64, error) {
-	r := e.ReturnClientLeases(ctx, []*LeaseReturn{ret})[0]
-	return r.Returned, r.Err
-}
-
-// LeaseReturnResult is what one return of ReturnClientLeases gave back.
+// LeaseReturnResult is what one return of ClientLeases.Return gave back.
 type LeaseReturnResult struct {
 	Returned int64 // units, summed over the rules
 	Err      error // ErrLateReturn, ErrLeaseReturned, or why a refund failed
 }
 
-// ReturnClientLeases gives back the units clients did not use of leases: each
+// Return gives back the units clients did not use of leases: each
 // hold counted the first Taken of its lease's permits, so it gets back
 // what of those went unused. Holds are refunded only to the rule of the
 // same name that still matches the request with the same subject, leases
@@ -226,9 +230,9 @@ type LeaseReturnResult struct {
 // A return within 2 × ReturnSlack of its deadline gives nothing back and
 // answers ErrLateReturn; the Redis calls of one taken must be done
 // ReturnSlack before the deadline, or they are not made.
-func (e *Engine) ReturnClientLeases(ctx context.Context, rets []*LeaseReturn) []LeaseReturnResult {
+func (cl *ClientLeases) Return(ctx context.Context, rets []*LeaseReturn) []LeaseReturnResult {
 	out := make([]LeaseReturnResult, len(rets))
-	g := e.gen.Load()
+	g := cl.e.gen.Load()
 	start := time.Now()
 	claims := make([]int, 0, len(rets))
 	for i, ret := range rets {
@@ -237,7 +241,7 @@ func (e *Engine) ReturnClientLeases(ctx context.Context, rets []*LeaseReturn) []
 			out[i].Err = fmt.Errorf("lease return: unused must be between 0 and the lease's %d permits, got %d", ret.Permits, ret.Unused)
 		case !ValidLeaseID(ret.ID):
 			out[i].Err = fmt.Errorf("lease return: lease id %q: want %d to %d bytes of base64url", ret.ID, 1, maxLeaseID)
-		case e.lateReturn(g, ret, start):
+		case cl.e.lateReturn(g, ret, start):
 			out[i].Err = ErrLateReturn
 		case ret.givesBack():
 			claims = append(claims, i)
@@ -246,7 +250,7 @@ func (e *Engine) ReturnClientLeases(ctx context.Context, rets []*LeaseReturn) []
 	if len(claims) == 0 {
 		return out
 	}
-	first, err := e.markReturned(ctx, start, rets, claims)
+	first, err := cl.e.markReturned(ctx, start, rets, claims)
 	for k, i := range claims {
 		ret := rets[i]
 		switch {
@@ -254,10 +258,10 @@ func (e *Engine) ReturnClientLeases(ctx context.Context, rets []*LeaseReturn) []
 			out[i].Err = err
 		case first[k] != nil:
 			out[i].Err = first[k]
-		case e.lateReturn(g, ret, time.Now()): // the marking took the time left
+		case cl.e.lateReturn(g, ret, time.Now()): // the marking took the time left
 			out[i].Err = ErrLateReturn
 		default:
-			out[i].Returned, out[i].Err = e.refundLease(ctx, g, ret)
+			out[i].Returned, out[i].Err = cl.e.refundLease(ctx, g, ret)
 		}
 	}
 	return out

@@ -63,7 +63,7 @@ func TestReturnLeasesGivesUnusedPermitsBack(t *testing.T) {
 			t.Fatal("denied")
 		}
 	}
-	e.ReturnLeases(context.Background())
+	host.ReturnRuleLeases(context.Background(), e)
 	peek := e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: "198.51.100.3"}, Hits: 0})
 	if r := peek.Results[0]; r.Remaining != 993 {
 		t.Fatalf("remaining %d after 7 admissions and returning the lease, want 993", r.Remaining)
@@ -95,7 +95,7 @@ func TestIdleLeasesGoBack(t *testing.T) {
 	other := newEngine(t, srv, leasedRule, time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go e.ReturnIdleLeases(ctx)
+	go e.Run(ctx, "idle-leases", time.Hour)
 	for i := 0; i < 7; i++ {
 		if !check(e, "198.51.100.4").Allowed {
 			t.Fatal("denied")
@@ -119,7 +119,7 @@ func TestIdleLeasesGoBack(t *testing.T) {
 }
 
 // TestBusyLeaseLosesNothingToTheSweeper: a subject used steadily while
-// ReturnIdleLeases runs keeps every leased unit: what Redis counts after
+// returnIdleRuleLeases (Engine.Run) keeps every leased unit: what Redis counts after
 // the leases go back is exactly what was admitted, across several lease
 // ages (MaxLeaseAge), and refills are few.
 func TestBusyLeaseLosesNothingToTheSweeper(t *testing.T) {
@@ -133,7 +133,7 @@ func TestBusyLeaseLosesNothingToTheSweeper(t *testing.T) {
 `, time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go e.ReturnIdleLeases(ctx)
+	go e.Run(ctx, "idle-leases", time.Hour)
 	before := evalCalls(t, srv)
 	admitted := 0
 	for start := time.Now(); time.Since(start) < 2500*time.Millisecond; time.Sleep(2 * time.Millisecond) {
@@ -143,7 +143,7 @@ func TestBusyLeaseLosesNothingToTheSweeper(t *testing.T) {
 	}
 	calls := evalCalls(t, srv) - before
 	cancel()
-	e.ReturnLeases(context.Background())
+	host.ReturnRuleLeases(context.Background(), e)
 	peek := e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: "198.51.100.9"}, Hits: 0})
 	if got, want := peek.Results[0].Remaining, int64(1000000-admitted); got != want {
 		t.Fatalf("remaining %d after %d admissions, want %d: %d units lost", got, admitted, want, want-got)

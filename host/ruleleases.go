@@ -20,9 +20,9 @@ const maxLeases = 100_000
 
 const leaseShards = 64
 
-// leases hold permits taken from Redis in bulk, per rule and subject, for
+// ruleLeases hold permits taken from Redis in bulk, per rule and subject, for
 // rules with a lease size: most decisions are then made in-process.
-type leases struct {
+type ruleLeases struct {
 	seed   maphash.Seed
 	shards [leaseShards]leaseShard
 }
@@ -44,8 +44,8 @@ type lease struct {
 	decision sdk.Decision // the fill's decision: limit, window, remaining
 }
 
-func newLeases() *leases {
-	l := &leases{seed: maphash.MakeSeed()}
+func newRuleLeases() *ruleLeases {
+	l := &ruleLeases{seed: maphash.MakeSeed()}
 	for i := range l.shards {
 		l.shards[i].m = map[local.Key]*lease{}
 	}
@@ -53,7 +53,7 @@ func newLeases() *leases {
 }
 
 // lookup returns key's lease, or nil when there is none.
-func (ls *leases) lookup(key local.Key) *lease {
+func (ls *ruleLeases) lookup(key local.Key) *lease {
 	s := &ls.shards[key.Hash(ls.seed)%leaseShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -61,7 +61,7 @@ func (ls *leases) lookup(key local.Key) *lease {
 }
 
 // get returns key's lease, adding an empty one when there is none.
-func (ls *leases) get(key local.Key, now time.Time) *lease {
+func (ls *ruleLeases) get(key local.Key, now time.Time) *lease {
 	s := &ls.shards[key.Hash(ls.seed)%leaseShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -84,7 +84,7 @@ func (ls *leases) get(key local.Key, now time.Time) *lease {
 }
 
 // drain takes every unexpired lease's permits out, for returning them.
-func (ls *leases) drain(now time.Time) []*lease {
+func (ls *ruleLeases) drain(now time.Time) []*lease {
 	var out []*lease
 	for i := range ls.shards {
 		s := &ls.shards[i]
@@ -115,7 +115,7 @@ func leaseable(rule *rules.Rule, req sdk.Request) bool {
 func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key local.Key, sel rules.Selection, req sdk.Request) (sdk.Decision, error) {
 	rule := sel.Rule
 	now := e.now()
-	l := e.leases.get(key, now)
+	l := e.ruleLeases.get(key, now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	valid := l.sel.Rule == rule && now.Before(l.expires)
@@ -176,12 +176,12 @@ func (e *Engine) giveBack(ctx context.Context, b budget, p *plugin, sel rules.Se
 	}
 }
 
-// returnLease gives key's unused leased permits back before a request the
+// returnRuleLease gives key's unused leased permits back before a request the
 // lease cannot serve (a peek, a refund, a retry with a dedup_id, a best
 // effort request) goes to the plugin, so that the plugin sees the units
 // this instance holds as unused, as it would without the lease.
-func (e *Engine) returnLease(ctx context.Context, b budget, key local.Key) {
-	l := e.leases.lookup(key)
+func (e *Engine) returnRuleLease(ctx context.Context, b budget, key local.Key) {
+	l := e.ruleLeases.lookup(key)
 	if l == nil {
 		return
 	}
@@ -215,29 +215,29 @@ func (l *lease) takeOut(now time.Time, margin time.Duration) *lease {
 	return cp
 }
 
-// ReturnLeases gives the unexpired permits of every lease back to Redis,
+// returnRuleLeases gives the unexpired permits of every lease back to Redis,
 // for shutdown and reload. Permits past their age are not returned: their
 // quota period has moved on, and neither are those of a plugin that does not
 // declare refunds.
-func (e *Engine) ReturnLeases(ctx context.Context) {
-	for _, l := range e.leases.drain(e.now()) {
+func (e *Engine) returnRuleLeases(ctx context.Context) {
+	for _, l := range e.ruleLeases.drain(e.now()) {
 		e.giveBack(ctx, budget{}, l.plugin, l.sel, l.permits)
 	}
 }
 
 // Idle leases: a lease unused for leaseIdle, or ending within
-// leaseReturnBefore, gives its permits back (ReturnIdleLeases).
+// leaseReturnBefore, gives its permits back (returnIdleRuleLeases).
 const (
 	leaseIdle         = 100 * time.Millisecond
 	leaseReturnBefore = 300 * time.Millisecond
 )
 
-// ReturnIdleLeases gives back, every leaseIdle/2 until ctx ends, the
+// returnIdleRuleLeases gives back, every leaseIdle/2 until ctx ends, the
 // permits of the leases that went unused for leaseIdle or end within
 // leaseReturnBefore, so that quota does not sit in this instance while
 // others are denied (permits not returned stay counted until their quota
-// period moves on). ruled serve runs it.
-func (e *Engine) ReturnIdleLeases(ctx context.Context) {
+// period moves on). Run runs it.
+func (e *Engine) returnIdleRuleLeases(ctx context.Context) {
 	t := time.NewTicker(leaseIdle / 2)
 	defer t.Stop()
 	for {
@@ -246,7 +246,7 @@ func (e *Engine) ReturnIdleLeases(ctx context.Context) {
 			return
 		case <-t.C:
 			now := e.now()
-			for _, l := range e.leases.idle(now) {
+			for _, l := range e.ruleLeases.idle(now) {
 				// The refund must be done ReturnSlack before the lease
 				// ends (a budget is on the wall clock; e.now may not be).
 				b := budget{deadline: time.Now().Add(l.expires.Sub(now) - ReturnSlack)}
@@ -256,8 +256,8 @@ func (e *Engine) ReturnIdleLeases(ctx context.Context) {
 	}
 }
 
-// idle takes the permits out of the leases ReturnIdleLeases gives back.
-func (ls *leases) idle(now time.Time) []*lease {
+// idle takes the permits out of the leases returnIdleRuleLeases gives back.
+func (ls *ruleLeases) idle(now time.Time) []*lease {
 	var out []*lease
 	for i := range ls.shards {
 		s := &ls.shards[i]

@@ -56,7 +56,7 @@ func TestClientLeaseTakesTheLeastOfEveryRule(t *testing.T) {
 	ctx := context.Background()
 	req := host.Request{IP: "192.0.2.1", Path: "/tight"}
 
-	l, err := e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 1000})
+	l, err := e.ClientLeases().Take(ctx, &host.LeaseRequest{Request: req, Permits: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestClientLeaseTakesTheLeastOfEveryRule(t *testing.T) {
 	}
 
 	// per-path is used up: the next lease is a denial the client may keep.
-	l2, err := e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 5})
+	l2, err := e.ClientLeases().Take(ctx, &host.LeaseRequest{Request: req, Permits: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestClientLeaseTakesTheLeastOfEveryRule(t *testing.T) {
 	}
 
 	// Four of the ten used: six go back to each rule.
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 6, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)})
+	n, err := returnLease(ctx, e, &host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 6, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 12 {
 		t.Fatalf("returned %d units (%v), want 6 to each of two rules", n, err)
 	}
@@ -104,7 +104,7 @@ func TestClientLeaseShadowRuleCountsOnlyWhatItAllowed(t *testing.T) {
 	req := host.Request{IP: "192.0.2.2", Path: "/shadow"}
 
 	// The shadow rule has 4; it does not cut the lease, which per-ip sizes.
-	l, err := e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 20})
+	l, err := e.ClientLeases().Take(ctx, &host.LeaseRequest{Request: req, Permits: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestClientLeaseShadowRuleCountsOnlyWhatItAllowed(t *testing.T) {
 	}
 	// Two used: the shadow rule counted the first four of the lease, so it
 	// gets two back; per-ip gets the other eighteen.
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 20, Unused: 18, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)})
+	n, err := returnLease(ctx, e, &host.LeaseReturn{Request: req, Permits: 20, Unused: 18, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 18+2 {
 		t.Fatalf("returned %d (%v), want 20", n, err)
 	}
@@ -140,7 +140,7 @@ func TestClientLeaseRefusedWhereARuleCannotLease(t *testing.T) {
 	}{
 		{host.Request{IP: "192.0.2.3", Path: "/shaped"}, "rule shaped has no lease size"},
 	} {
-		l, err := e.Lease(context.Background(), &host.LeaseRequest{Request: tc.req, Permits: 10})
+		l, err := e.ClientLeases().Take(context.Background(), &host.LeaseRequest{Request: tc.req, Permits: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +156,7 @@ func TestClientLeaseRefusedWhereARuleCannotLease(t *testing.T) {
 func TestClientLeaseWithoutRulesIsUnbounded(t *testing.T) {
 	srv := redistest.Start(t)
 	e := newEngine(t, srv, "rules:\n  - name: only-users\n    when: request.user != \"\"\n    subject: request.user\n    plugin: fixedwindow\n    config: {limit: 1, window: 1m}\n    lease: 1\n", time.Second)
-	l, err := e.Lease(context.Background(), &host.LeaseRequest{Request: host.Request{IP: "192.0.2.4"}, Permits: 500})
+	l, err := e.ClientLeases().Take(context.Background(), &host.LeaseRequest{Request: host.Request{IP: "192.0.2.4"}, Permits: 500})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,25 +172,31 @@ func TestClientLeaseReturnsThatGiveNothingBack(t *testing.T) {
 	e := newEngine(t, srv, clientLeaseRules, time.Second)
 	ctx := context.Background()
 	req := host.Request{IP: "192.0.2.5"}
-	l, err := e.Lease(ctx, &host.LeaseRequest{Request: req, Permits: 30})
+	l, err := e.ClientLeases().Take(ctx, &host.LeaseRequest{Request: req, Permits: 30})
 	if err != nil || l.Permits != 30 {
 		t.Fatalf("lease %+v (%v)", l, err)
 	}
 	// A hold for another subject (the rules changed what it is) is not
 	// refunded to the subject the rule picks now.
 	holds := []host.LeaseHold{{Rule: "per-ip", Subject: "192.0.2.99", Taken: 30}}
-	n, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: holds, ID: l.ID, Deadline: time.Now().Add(time.Second)})
+	n, err := returnLease(ctx, e, &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: holds, ID: l.ID, Deadline: time.Now().Add(time.Second)})
 	if err != nil || n != 0 {
 		t.Fatalf("returned %d (%v) to a subject that is not the request's, want 0", n, err)
 	}
-	if _, err := e.ReturnLease(ctx, &host.LeaseReturn{Request: req, Permits: 30, Unused: 31, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)}); err == nil {
+	if _, err := returnLease(ctx, e, &host.LeaseReturn{Request: req, Permits: 30, Unused: 31, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(time.Second)}); err == nil {
 		t.Fatal("returning more than the lease had was accepted")
 	}
 	late := &host.LeaseReturn{Request: req, Permits: 30, Unused: 30, Holds: l.Holds(), ID: l.ID, Deadline: time.Now().Add(2*host.ReturnSlack - time.Millisecond)}
-	if n, err := e.ReturnLease(ctx, late); !errors.Is(err, host.ErrLateReturn) || n != 0 {
+	if n, err := returnLease(ctx, e, late); !errors.Is(err, host.ErrLateReturn) || n != 0 {
 		t.Fatalf("return %v before the deadline: %d, %v; want ErrLateReturn", 2*host.ReturnSlack, n, err)
 	}
 	if got := peekRemaining(t, e, req, "per-ip"); got != 70 {
 		t.Fatalf("per-ip remaining %d, want 70", got)
 	}
+}
+
+// returnLease gives back the unused permits of one lease.
+func returnLease(ctx context.Context, e *host.Engine, ret *host.LeaseReturn) (int64, error) {
+	r := e.ClientLeases().Return(ctx, []*host.LeaseReturn{ret})[0]
+	return r.Returned, r.Err
 }
