@@ -179,7 +179,7 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plugin{path: abs, opts: opts, logs: &logSink{log: opts.Logger.With("process", abs)},
+	p := &Plugin{path: abs, opts: opts, logs: newLogSink(opts.Logger.With("process", abs)),
 		configs: map[uint64]*abipb.ConfigureRequest{}, calls: callTable{m: map[uint64]*call{}},
 		wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
 		checksum: checksum}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/wasm/internal/meter"
+	"github.com/ruled-dev/ruled/internal/lograte"
 	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
@@ -131,7 +132,7 @@ type Plugin struct {
 	info  sdk.Info
 	opts  Options
 	log   *slog.Logger
-	logs  logLimiter
+	logs  *lograte.Gate // the guest's log lines (newLogGate)
 	rt    wazero.Runtime
 	cache wazero.CompilationCache
 	code  wazero.CompiledModule
@@ -203,7 +204,7 @@ func Inspect(ctx context.Context, path string) (Module, error) {
 
 func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin, err error) {
 	opts.fill()
-	p := &Plugin{path: path, opts: opts, log: opts.Logger, configs: map[uint64][]byte{}}
+	p := &Plugin{path: path, opts: opts, log: opts.Logger, logs: newLogGate(), configs: map[uint64][]byte{}}
 	rc := wazero.NewRuntimeConfig()
 	if opts.interpreter {
 		rc = wazero.NewRuntimeConfigInterpreter()
