@@ -369,23 +369,6 @@ const sourceTag = "--ruled:"
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// validKey reports whether k may name a relative key (or a script):
-// 1 to 64 letters, digits, '_', '.' or '-'. It runs on every call, so it is
-// a loop rather than a regular expression.
-func validKey(k string) bool {
-	if len(k) == 0 || len(k) > 64 {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		switch c := k[i]; {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // ValidName reports whether s may name a plugin or a rule in keys.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
 
@@ -472,31 +455,6 @@ func (p *Plugin) Preload(ctx context.Context) error {
 	return nil
 }
 
-// KeyPrefix returns the prefix of every key of one rule and subject:
-// "<prefix>:<plugin>:<rule>:{<subject>}:". Rule names are validated at load.
-func (p *Plugin) KeyPrefix(rule, subject string) string {
-	subject = EscapeSubject(subject)
-	var b strings.Builder
-	b.Grow(p.prefixLen(rule, subject))
-	p.writePrefix(&b, rule, subject)
-	return b.String()
-}
-
-// prefixLen is the length of the key prefix of rule and an escaped subject.
-func (p *Plugin) prefixLen(rule, subject string) int {
-	return len(p.ns) + len(rule) + len(":{") + len(subject) + len("}:")
-}
-
-// writePrefix writes the key prefix of rule and an escaped subject; it is
-// the one place that knows the key layout.
-func (p *Plugin) writePrefix(b *strings.Builder, rule, subject string) {
-	b.WriteString(p.ns)
-	b.WriteString(rule)
-	b.WriteString(":{")
-	b.WriteString(subject)
-	b.WriteString("}:")
-}
-
 // Host returns the capability scoped to one rule and one subject.
 func (p *Plugin) Host(rule, subject string) sdk.Host { return p.HostUntil(rule, subject, time.Time{}) }
 
@@ -522,28 +480,6 @@ func (h *scopedHost) Log(level sdk.Level, msg string) {
 
 func (h *scopedHost) Eval(ctx context.Context, script string, keys []string, args ...any) (sdk.Reply, error) {
 	return h.p.eval(ctx, h.deadline, h.rule, h.subject, script, keys, args)
-}
-
-// fullKeys returns the keys of one call under their rule and subject's
-// prefix (KeyPrefix), all in one allocation.
-func (p *Plugin) fullKeys(rule, subject string, keys []string, out []string) []string {
-	plen := p.prefixLen(rule, subject)
-	n := 0
-	for _, k := range keys {
-		n += plen + len(k)
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, k := range keys {
-		p.writePrefix(&b, rule, subject)
-		b.WriteString(k)
-	}
-	all := b.String()
-	for _, k := range keys {
-		out = append(out, all[:plen+len(k)])
-		all = all[plen+len(k):]
-	}
-	return out
 }
 
 // eval runs one script call for a rule and an escaped subject, by
