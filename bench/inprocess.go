@@ -28,7 +28,8 @@ import (
 	"github.com/ruled-dev/ruled/host/httpapi"
 	"github.com/ruled-dev/ruled/host/store"
 	"github.com/ruled-dev/ruled/plugins/builtin"
-	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+	"github.com/ruled-dev/ruled/rules"
+	"github.com/ruled-dev/ruled/sdk"
 )
 
 // Scenario names, in the order each round runs them.
@@ -44,12 +45,87 @@ const (
 
 var scenarioNames = []string{scRedis, scRedisPipelined, scEngine, scEnginePipe, scHTTP, scHTTPWrk, scHTTPFloor}
 
-const rulesYAML = `rules:
-  - name: bench
-    subject: request.ip
-    plugin: fixedwindow
-    config: {limit: 1000000000, window: 1h}
-`
+// rulesYAML is the in-process scenarios' rule file: one fixed-window rule
+// over request.ip that lets every request through, as in the drivers' and
+// A/B modes.
+var rulesYAML = ruleYAML("", "bench", "fixedwindow", fixedWindowConfig)
+
+// capabilityOptions are the options of the engines' capabilities, and of
+// the one the raw scenarios' command lines come from (rawCommands).
+func capabilityOptions(log *slog.Logger, pipeline bool) capability.Options {
+	o := capability.Options{Timeout: time.Second, Logger: log}
+	if pipeline {
+		o.Pipeline = redis.DefaultBlockingAutoPipelineOptions()
+	}
+	return o
+}
+
+// newEngine returns an engine over client with the built-ins and the rules
+// at rulesPath, their scripts loaded; pipeline autopipelines its calls, as
+// ruled serve does.
+func newEngine(ctx context.Context, client redis.UniversalClient, log *slog.Logger, rulesPath string, pipeline bool) (*host.Engine, error) {
+	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capabilityOptions(log, pipeline)), Plugins: builtin.All(), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.Load(rulesPath); err != nil {
+		return nil, err
+	}
+	return e, e.Preload(ctx)
+}
+
+// rawCommands returns, for each ip, the command line of the script call
+// that the engine's decision of one hit for request.ip ip sends to Redis,
+// with the script loaded. It takes each part from where the engine does:
+// the rule's subject and config from the rules at rulesPath, the script,
+// keys and arguments from the plugin's first step, and the key layout and
+// the argument list from the capability (capability.Plugin.Command). The
+// raw scenarios send these lines with no ruled in between, so that a
+// change of the script, its arguments or the keys moves both sides of the
+// comparison alike (TestRawCommandsWriteWhatTheEngineWrites). The decision
+// must be one script call whose reply decides.
+func rawCommands(ctx context.Context, client redis.UniversalClient, log *slog.Logger, rulesPath string, ips []string) ([][]any, error) {
+	set, err := rules.Load(rulesPath, builtin.NewCatalog())
+	if err != nil {
+		return nil, err
+	}
+	capab := capability.New(client, capabilityOptions(log, false))
+	registered := map[string]*capability.Plugin{}
+	out := make([][]any, len(ips))
+	for i, ip := range ips {
+		sels := set.Match(&rules.Input{Request: rules.Request{IP: ip}})
+		if len(sels) != 1 || sels[0].Err != nil {
+			return nil, fmt.Errorf("raw command for request.ip %s: want one rule to match, got %d", ip, len(sels))
+		}
+		sel := sels[0]
+		alg := sel.Rule.Algorithm()
+		st, ok := alg.(sdk.Steps)
+		if !ok {
+			return nil, fmt.Errorf("raw command: rule %s: plugin %s does not decide in steps", sel.Rule.Name, sel.Rule.Plugin)
+		}
+		step, err := st.Start(ctx, sel.Config, sdk.Request{Subject: sel.Subject, Hits: 1})
+		if err != nil {
+			return nil, fmt.Errorf("raw command: rule %s: %w", sel.Rule.Name, err)
+		}
+		if step.Final() || !step.Decides {
+			return nil, fmt.Errorf("raw command: rule %s: the decision is not one script call", sel.Rule.Name)
+		}
+		p := registered[sel.Rule.Plugin]
+		if p == nil {
+			if p, err = capab.Register(sel.Rule.Plugin, alg.Info().Scripts); err != nil {
+				return nil, err
+			}
+			if err := p.Preload(ctx); err != nil {
+				return nil, fmt.Errorf("loading the scripts: %w", err)
+			}
+			registered[sel.Rule.Plugin] = p
+		}
+		if out[i], err = p.Command(sel.Rule.Name, sel.Subject, step.Script, step.Keys, step.Args...); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
 
 // runInProcess is the default mode: see the package comment.
 func runInProcess(c config) error {
@@ -76,20 +152,6 @@ func runInProcess(c config) error {
 	if err := os.WriteFile(rulesPath, []byte(rulesYAML), 0o600); err != nil {
 		return err
 	}
-	newEngine := func(pipeline bool) (*host.Engine, error) {
-		o := capability.Options{Timeout: time.Second, Logger: log}
-		if pipeline {
-			o.Pipeline = redis.DefaultBlockingAutoPipelineOptions()
-		}
-		e, err := host.NewEngine(host.Options{Capability: capability.New(client, o), Plugins: builtin.All(), Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		if _, err := e.Load(rulesPath); err != nil {
-			return nil, err
-		}
-		return e, e.Preload(ctx)
-	}
 	ips := make([]string, c.subjects)
 	for i := range ips {
 		ips[i] = fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
@@ -104,37 +166,35 @@ func runInProcess(c config) error {
 		}
 	}
 
-	// The same script the plugin runs, as the engine would call it.
-	script := redis.NewScript(capability.Source("fixedwindow", "decide", scriptSource()))
-	if err := script.Load(ctx, client).Err(); err != nil {
-		return fmt.Errorf("loading the script: %w", err)
-	}
-	inProcess(scRedis, func(i int) error {
-		k := "ruled:fixedwindow:bench:{" + ips[i%len(ips)] + "}:"
-		return script.Run(ctx, client, []string{k + "c", k + "d"}, "", 1_000_000_000, 3_600_000_000, 0, 1, "", 0).Err()
-	})
-	if selected[scRedisPipelined] {
-		ap, err := autoPipeliner(client)
+	// The engine's script calls, as it would send them, without it.
+	if selected[scRedis] || selected[scRedisPipelined] {
+		raw, err := rawCommands(ctx, client, log, rulesPath, ips)
 		if err != nil {
 			return err
 		}
-		// The pipelined ceiling: EVALSHA submitted to go-redis's autopipeliner
-		// (deferred face) and waited for, as the capability does, without it.
-		sha := script.Hash()
-		inProcess(scRedisPipelined, func(i int) error {
-			k := "ruled:fixedwindow:bench:{" + ips[i%len(ips)] + "}:"
-			cmd := redis.NewCmd(ctx, "evalsha", sha, 2, k+"c", k+"d", "", 1_000_000_000, 3_600_000_000, 0, 1, "", 0)
-			if err := ap.Submit(ctx, cmd).Wait(); err != nil {
+		inProcess(scRedis, func(i int) error { return client.Do(ctx, raw[i%len(raw)]...).Err() })
+		if selected[scRedisPipelined] {
+			ap, err := autoPipeliner(client)
+			if err != nil {
 				return err
 			}
-			return cmd.Err()
-		})
+			// The pipelined ceiling: EVALSHA submitted to go-redis's
+			// autopipeliner (deferred face) and waited for, as the
+			// capability does, without it.
+			inProcess(scRedisPipelined, func(i int) error {
+				cmd := redis.NewCmd(ctx, raw[i%len(raw)]...)
+				if err := ap.Submit(ctx, cmd).Wait(); err != nil {
+					return err
+				}
+				return cmd.Err()
+			})
+		}
 	}
 	for _, name := range []string{scEngine, scEnginePipe} {
 		if !selected[name] {
 			continue
 		}
-		e, err := newEngine(name == scEnginePipe)
+		e, err := newEngine(ctx, client, log, rulesPath, name == scEnginePipe)
 		if err != nil {
 			return err
 		}
@@ -158,7 +218,7 @@ func runInProcess(c config) error {
 	}
 	needRuled := selected[scHTTP] || (wrk != nil && selected[scHTTPWrk])
 	if needRuled || (wrk != nil && selected[scHTTPFloor]) {
-		e, err := newEngine(true)
+		e, err := newEngine(ctx, client, log, rulesPath, true)
 		if err != nil {
 			return err
 		}
@@ -298,16 +358,6 @@ func captureAnswer(h http.Handler) (*floorHandler, error) {
 		}
 	}
 	return f, nil
-}
-
-// scriptSource is the fixed-window plugin's script.
-func scriptSource() string {
-	for _, s := range fixedwindow.New().Info().Scripts {
-		if s.Name == "decide" {
-			return s.Source
-		}
-	}
-	panic("fixedwindow has no decide script")
 }
 
 func autoPipeliner(c redis.UniversalClient) (*redis.AutoPipeliner, error) {

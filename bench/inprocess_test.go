@@ -1,12 +1,23 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/internal/redistest"
 )
 
 func TestSummarize(t *testing.T) {
@@ -85,4 +96,70 @@ func TestFloorAnswersTheCapturedAnswer(t *testing.T) {
 	if _, err := captureAnswer(denied); err == nil {
 		t.Error("a 429 was captured")
 	}
+}
+
+// TestRawCommandsWriteWhatTheEngineWrites: the raw scenarios' command line
+// for a subject writes the keys, fields and values that the engine's
+// decision for that subject writes, so that the ceiling is the engine's
+// own Redis work.
+func TestRawCommandsWriteWhatTheEngineWrites(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client()
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(rulesYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, err := newEngine(ctx, client, log, rulesPath, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	const ip = "10.0.1.2"
+	if res := e.Check(ctx, &host.CheckRequest{Request: host.Request{IP: ip}, Hits: 1}); !res.Allowed || len(res.Results) != 1 || res.Results[0].Degraded != "" {
+		t.Fatalf("engine: %+v", res)
+	}
+	viaEngine := redisContents(t, client)
+	if len(viaEngine) == 0 {
+		t.Fatal("the engine's decision wrote no key")
+	}
+	if err := client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := rawCommands(ctx, client, log, rulesPath, []string{ip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Do(ctx, raw[0]...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Both fall in one window of an hour unless the clock crosses the hour
+	// between them.
+	if got := redisContents(t, client); !maps.EqualFunc(got, viaEngine, maps.Equal) {
+		t.Fatalf("the raw command wrote\n%v\nthe engine's decision\n%v", got, viaEngine)
+	}
+}
+
+// redisContents is every key in Redis, each a hash, with its fields; a key
+// without an expiry gets the field "(no TTL)".
+func redisContents(t *testing.T, c *redis.Client) map[string]map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]string{}
+	for _, k := range keys {
+		h, err := c.HGetAll(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if ttl, err := c.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
+			h["(no TTL)"] = fmt.Sprint(ttl, err)
+		}
+		out[k] = h
+	}
+	return out
 }

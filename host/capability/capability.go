@@ -482,17 +482,63 @@ func (h *scopedHost) Eval(ctx context.Context, script string, keys []string, arg
 	return h.p.eval(ctx, h.deadline, h.rule, h.subject, script, keys, args)
 }
 
-// eval runs one script call for a rule and an escaped subject, by
-// deadline when it is not zero.
-func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, script string, keys []string, args []any) (sdk.Reply, error) {
-	s, ok := p.scripts[script]
+// declared returns the script a call names, or the error that refuses the
+// call: a script the plugin did not declare, a key that is not valid.
+func (p *Plugin) declared(name string, keys []string) (*script, error) {
+	s, ok := p.scripts[name]
 	if !ok {
-		return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("script %q was not declared in Info", script)}
+		return nil, &Error{Class: ClassRefused, Plugin: p.name, Script: name, Err: fmt.Errorf("script %q was not declared in Info", name)}
 	}
 	for _, k := range keys {
 		if !validKey(k) {
-			return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("key %q: want 1-64 letters, digits, '_', '.' or '-'", k)}
+			return nil, &Error{Class: ClassRefused, Plugin: p.name, Script: name, Err: fmt.Errorf("key %q: want 1-64 letters, digits, '_', '.' or '-'", k)}
 		}
+	}
+	return s, nil
+}
+
+// callLen is the length of the command line of a call with keys and args.
+func callLen(keys []string, args []any) int { return 3 + len(keys) + 1 + len(args) }
+
+// appendCall appends to call the command line of one call of s, as Redis
+// receives it: EVALSHA, the script's SHA1, the number of keys, the keys
+// under their prefix (fullKeys), the clock argument (Options.Clock's time
+// now, or "") and args.
+func (p *Plugin) appendCall(call []any, s *script, full []string, args []any) []any {
+	call = append(call, "evalsha", s.hashArg, len(full))
+	for _, k := range full {
+		call = append(call, k)
+	}
+	if p.cap.clock != nil {
+		call = append(call, strconv.FormatInt(p.cap.clock(), 10))
+	} else {
+		call = append(call, "")
+	}
+	return append(call, args...)
+}
+
+// Command returns the command line that a call of script with keys and
+// args through Host(rule, subject) sends to Redis now (appendCall), or the
+// error that would refuse the call. It is for tools that drive Redis as
+// ruled does without the capability in between, such as bench's raw
+// ceiling: they then follow the key layout and the argument list as they
+// are, not as the tool's author last saw them. The script must have been
+// loaded (Preload): the line is an EVALSHA.
+func (p *Plugin) Command(rule, subject, script string, keys []string, args ...any) ([]any, error) {
+	s, err := p.declared(script, keys)
+	if err != nil {
+		return nil, err
+	}
+	full := p.fullKeys(rule, EscapeSubject(subject), keys, nil)
+	return p.appendCall(make([]any, 0, callLen(keys, args)), s, full, args), nil
+}
+
+// eval runs one script call for a rule and an escaped subject, by
+// deadline when it is not zero.
+func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, script string, keys []string, args []any) (sdk.Reply, error) {
+	s, refused := p.declared(script, keys)
+	if refused != nil {
+		return sdk.Reply{}, refused
 	}
 	now := time.Now()
 	if why := p.q.refuses(now); why != "" {
@@ -506,22 +552,12 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 	if len(full) > 0 {
 		first = full[0]
 	}
-	// One argument list for the whole call, as Redis receives it:
-	// EVALSHA sha numkeys key... clock arg...
+	// One argument list for the whole call, as Redis receives it.
 	call := cb.args[:0]
-	if n := 3 + len(keys) + 1 + len(args); n > len(cb.args) {
+	if n := callLen(keys, args); n > len(cb.args) {
 		call = make([]any, 0, n)
 	}
-	call = append(call, "evalsha", s.hashArg, len(keys))
-	for _, k := range full {
-		call = append(call, k)
-	}
-	if p.cap.clock != nil {
-		call = append(call, strconv.FormatInt(p.cap.clock(), 10))
-	} else {
-		call = append(call, "")
-	}
-	call = append(call, args...)
+	call = p.appendCall(call, s, full, args)
 
 	br := p.cap.breakerFor(ctx, first)
 	ok, probe := br.allow()
