@@ -369,23 +369,6 @@ const sourceTag = "--ruled:"
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// validKey reports whether k may name a relative key (or a script):
-// 1 to 64 letters, digits, '_', '.' or '-'. It runs on every call, so it is
-// a loop rather than a regular expression.
-func validKey(k string) bool {
-	if len(k) == 0 || len(k) > 64 {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		switch c := k[i]; {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // ValidName reports whether s may name a plugin or a rule in keys.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
 
@@ -472,31 +455,6 @@ func (p *Plugin) Preload(ctx context.Context) error {
 	return nil
 }
 
-// KeyPrefix returns the prefix of every key of one rule and subject:
-// "<prefix>:<plugin>:<rule>:{<subject>}:". Rule names are validated at load.
-func (p *Plugin) KeyPrefix(rule, subject string) string {
-	subject = EscapeSubject(subject)
-	var b strings.Builder
-	b.Grow(p.prefixLen(rule, subject))
-	p.writePrefix(&b, rule, subject)
-	return b.String()
-}
-
-// prefixLen is the length of the key prefix of rule and an escaped subject.
-func (p *Plugin) prefixLen(rule, subject string) int {
-	return len(p.ns) + len(rule) + len(":{") + len(subject) + len("}:")
-}
-
-// writePrefix writes the key prefix of rule and an escaped subject; it is
-// the one place that knows the key layout.
-func (p *Plugin) writePrefix(b *strings.Builder, rule, subject string) {
-	b.WriteString(p.ns)
-	b.WriteString(rule)
-	b.WriteString(":{")
-	b.WriteString(subject)
-	b.WriteString("}:")
-}
-
 // Host returns the capability scoped to one rule and one subject.
 func (p *Plugin) Host(rule, subject string) sdk.Host { return p.HostUntil(rule, subject, time.Time{}) }
 
@@ -524,39 +482,63 @@ func (h *scopedHost) Eval(ctx context.Context, script string, keys []string, arg
 	return h.p.eval(ctx, h.deadline, h.rule, h.subject, script, keys, args)
 }
 
-// fullKeys returns the keys of one call under their rule and subject's
-// prefix (KeyPrefix), all in one allocation.
-func (p *Plugin) fullKeys(rule, subject string, keys []string, out []string) []string {
-	plen := p.prefixLen(rule, subject)
-	n := 0
-	for _, k := range keys {
-		n += plen + len(k)
+// declared returns the script a call names, or the error that refuses the
+// call: a script the plugin did not declare, a key that is not valid.
+func (p *Plugin) declared(name string, keys []string) (*script, error) {
+	s, ok := p.scripts[name]
+	if !ok {
+		return nil, &Error{Class: ClassRefused, Plugin: p.name, Script: name, Err: fmt.Errorf("script %q was not declared in Info", name)}
 	}
-	var b strings.Builder
-	b.Grow(n)
 	for _, k := range keys {
-		p.writePrefix(&b, rule, subject)
-		b.WriteString(k)
+		if !validKey(k) {
+			return nil, &Error{Class: ClassRefused, Plugin: p.name, Script: name, Err: fmt.Errorf("key %q: want 1-64 letters, digits, '_', '.' or '-'", k)}
+		}
 	}
-	all := b.String()
-	for _, k := range keys {
-		out = append(out, all[:plen+len(k)])
-		all = all[plen+len(k):]
+	return s, nil
+}
+
+// callLen is the length of the command line of a call with keys and args.
+func callLen(keys []string, args []any) int { return 3 + len(keys) + 1 + len(args) }
+
+// appendCall appends to call the command line of one call of s, as Redis
+// receives it: EVALSHA, the script's SHA1, the number of keys, the keys
+// under their prefix (fullKeys), the clock argument (Options.Clock's time
+// now, or "") and args.
+func (p *Plugin) appendCall(call []any, s *script, full []string, args []any) []any {
+	call = append(call, "evalsha", s.hashArg, len(full))
+	for _, k := range full {
+		call = append(call, k)
 	}
-	return out
+	if p.cap.clock != nil {
+		call = append(call, strconv.FormatInt(p.cap.clock(), 10))
+	} else {
+		call = append(call, "")
+	}
+	return append(call, args...)
+}
+
+// Command returns the command line that a call of script with keys and
+// args through Host(rule, subject) sends to Redis now (appendCall), or the
+// error that would refuse the call. It is for tools that drive Redis as
+// ruled does without the capability in between, such as bench's raw
+// ceiling: they then follow the key layout and the argument list as they
+// are, not as the tool's author last saw them. The script must have been
+// loaded (Preload): the line is an EVALSHA.
+func (p *Plugin) Command(rule, subject, script string, keys []string, args ...any) ([]any, error) {
+	s, err := p.declared(script, keys)
+	if err != nil {
+		return nil, err
+	}
+	full := p.fullKeys(rule, EscapeSubject(subject), keys, nil)
+	return p.appendCall(make([]any, 0, callLen(keys, args)), s, full, args), nil
 }
 
 // eval runs one script call for a rule and an escaped subject, by
 // deadline when it is not zero.
 func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, script string, keys []string, args []any) (sdk.Reply, error) {
-	s, ok := p.scripts[script]
-	if !ok {
-		return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("script %q was not declared in Info", script)}
-	}
-	for _, k := range keys {
-		if !validKey(k) {
-			return sdk.Reply{}, &Error{Class: ClassRefused, Plugin: p.name, Script: script, Err: fmt.Errorf("key %q: want 1-64 letters, digits, '_', '.' or '-'", k)}
-		}
+	s, refused := p.declared(script, keys)
+	if refused != nil {
+		return sdk.Reply{}, refused
 	}
 	now := time.Now()
 	if why := p.q.refuses(now); why != "" {
@@ -570,22 +552,12 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 	if len(full) > 0 {
 		first = full[0]
 	}
-	// One argument list for the whole call, as Redis receives it:
-	// EVALSHA sha numkeys key... clock arg...
+	// One argument list for the whole call, as Redis receives it.
 	call := cb.args[:0]
-	if n := 3 + len(keys) + 1 + len(args); n > len(cb.args) {
+	if n := callLen(keys, args); n > len(cb.args) {
 		call = make([]any, 0, n)
 	}
-	call = append(call, "evalsha", s.hashArg, len(keys))
-	for _, k := range full {
-		call = append(call, k)
-	}
-	if p.cap.clock != nil {
-		call = append(call, strconv.FormatInt(p.cap.clock(), 10))
-	} else {
-		call = append(call, "")
-	}
-	call = append(call, args...)
+	call = p.appendCall(call, s, full, args)
 
 	br := p.cap.breakerFor(ctx, first)
 	ok, probe := br.allow()

@@ -367,3 +367,53 @@ func TestClearAll(t *testing.T) {
 		t.Errorf("ClearAll deleted %d (%v), left %d keys; want 255 deleted and the other run's 7 left", n, err, len(left))
 	}
 }
+
+// TestCommandIsTheCallsCommandLine: the command line Command returns,
+// sent to Redis as it is, runs the script with the keys and arguments a
+// call through Host gives it.
+func TestCommandIsTheCallsCommandLine(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	p, err := newCap(t, srv, capability.Options{}).Register("myplugin", []sdk.Script{echoKeys, argsScript})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client := srv.Client()
+	h := p.Host("rule-1", "user:{42}")
+	for _, tc := range []struct {
+		script string
+		keys   []string
+		args   []any
+	}{{"keys", []string{"c", "d"}, nil}, {"args", []string{"c"}, []any{1, "x"}}} {
+		cmd, err := p.Command("rule-1", "user:{42}", tc.script, tc.keys, tc.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := client.Do(ctx, cmd...).StringSlice()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.script, err)
+		}
+		r, err := h.Eval(ctx, tc.script, tc.keys, tc.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		arr, _ := r.Array()
+		var viaHost []string
+		for _, v := range arr {
+			s, _ := v.Str()
+			viaHost = append(viaHost, s)
+		}
+		if strings.Join(raw, " ") != strings.Join(viaHost, " ") {
+			t.Errorf("%s: Command's line answers %q, a call through Host %q", tc.script, raw, viaHost)
+		}
+	}
+	if _, err := p.Command("rule-1", "s", "undeclared", nil); capability.ClassOf(err) != capability.ClassRefused {
+		t.Errorf("an undeclared script: %v", err)
+	}
+	if _, err := p.Command("rule-1", "s", "keys", []string{"no spaces"}); capability.ClassOf(err) != capability.ClassRefused {
+		t.Errorf("a bad key: %v", err)
+	}
+}

@@ -173,69 +173,6 @@ func (p *Plugin) ScanSubjects(ctx context.Context, rule, cursor string, limit in
 	return page, nil
 }
 
-// subjectOfKey returns the subject of key, one of the keys under prefix
-// ("<prefix>:<plugin>:<rule>:{"), and false when key is not one ruled
-// writes.
-func subjectOfKey(key, prefix string) (Subject, bool) {
-	rest, ok := strings.CutPrefix(key, prefix)
-	if !ok {
-		return Subject{}, false
-	}
-	esc, _, ok := strings.Cut(rest, "}:")
-	if !ok || !escapedForm(esc) {
-		return Subject{}, false
-	}
-	if name, ok := unescapeSubject(esc); ok {
-		return Subject{Name: name, Key: esc}, true
-	}
-	return Subject{Name: esc, Key: esc, Hashed: true}, true
-}
-
-// escapedForm reports whether s can be what EscapeSubject returns: safe
-// bytes and '%' (percent-encoding), or '#' first (a hash).
-func escapedForm(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !safeByte(c) && c != '%' && !(i == 0 && c == '#') {
-			return false
-		}
-	}
-	return true
-}
-
-// unescapeSubject reverses EscapeSubject: false for a hashed subject, or a
-// form EscapeSubject does not give.
-func unescapeSubject(esc string) (string, bool) {
-	if esc == "%" {
-		return "", true
-	}
-	if strings.HasPrefix(esc, "#") {
-		return "", false
-	}
-	var b strings.Builder
-	b.Grow(len(esc))
-	for i := 0; i < len(esc); i++ {
-		c := esc[i]
-		if c != '%' {
-			b.WriteByte(c)
-			continue
-		}
-		if i+2 >= len(esc) {
-			return "", false
-		}
-		v, err := strconv.ParseUint(esc[i+1:i+3], 16, 8)
-		if err != nil {
-			return "", false
-		}
-		b.WriteByte(byte(v))
-		i += 2
-	}
-	s := b.String()
-	return s, EscapeSubject(s) == esc
-}
-
 // HostForKey is HostUntil for a subject given as keys hold it (Subject.Key)
 // rather than as the rule computed it, so that a hashed subject can be
 // read too.

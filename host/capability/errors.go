@@ -2,8 +2,6 @@ package capability
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -150,57 +148,4 @@ func isConnReply(err error) bool {
 		}
 	}
 	return false
-}
-
-// maxSubjectKeyLen is the longest escaped subject kept readable in keys;
-// longer subjects are replaced by a hash.
-const maxSubjectKeyLen = 128
-
-// EscapeSubject makes an arbitrary subject safe inside a key's hash tag:
-// bytes outside a conservative set are percent-encoded, and a subject whose
-// escaped form is longer than 128 bytes becomes "#" and 32 hex digits of its
-// SHA-256; the empty subject becomes "%". Distinct subjects always map to distinct strings, except for the
-// negligible chance of a hash collision among long ones.
-func EscapeSubject(s string) string {
-	if s == "" {
-		// "{}" would make Redis Cluster hash the whole key: "%" is a
-		// subject no other subject escapes to.
-		return "%"
-	}
-	clean := true
-	for i := 0; i < len(s); i++ {
-		if !safeByte(s[i]) {
-			clean = false
-			break
-		}
-	}
-	if clean && len(s) <= maxSubjectKeyLen && !strings.HasPrefix(s, "#") {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 8)
-	const hexd = "0123456789ABCDEF"
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if safeByte(c) && !(i == 0 && c == '#') {
-			b.WriteByte(c)
-		} else {
-			b.WriteByte('%')
-			b.WriteByte(hexd[c>>4])
-			b.WriteByte(hexd[c&15])
-		}
-		if b.Len() > maxSubjectKeyLen {
-			sum := sha256.Sum256([]byte(s))
-			return "#" + hex.EncodeToString(sum[:16])
-		}
-	}
-	return b.String()
-}
-
-func safeByte(c byte) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		return true
-	}
-	return strings.IndexByte("._-@/+=,;:!~", c) >= 0
 }

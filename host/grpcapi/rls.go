@@ -69,14 +69,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/host/httpapi"
+	"github.com/ruled-dev/ruled/host/ratelimitheader"
 )
 
 // MaxDescriptors bounds the descriptors of one ShouldRateLimit call.
 const MaxDescriptors = 1000
-
-// MaxHits bounds a descriptor's hits, as for the HTTP API.
-const MaxHits = httpapi.MaxHits
 
 // RemoteAddressKey is the descriptor entry whose value becomes request.ip.
 const RemoteAddressKey = "remote_address"
@@ -265,8 +262,8 @@ func descriptorHits(req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescript
 	if d.GetHitsAddend() != nil {
 		hits = d.GetHitsAddend().GetValue()
 	}
-	if hits > MaxHits {
-		return 0, fmt.Errorf("hits_addend: at most %d, got %d", MaxHits, hits)
+	if hits > host.MaxHits {
+		return 0, fmt.Errorf("hits_addend: at most %d, got %d", host.MaxHits, hits)
 	}
 	if d.GetIsNegativeHits() {
 		return -int64(hits), nil
@@ -368,7 +365,7 @@ func RateLimitOf(name string, limit int64, window time.Duration) *rlsv3.RateLimi
 // response_headers_to_add.
 func headersToAdd(all *host.Result) []*corev3.HeaderValue {
 	h := http.Header{}
-	httpapi.SetRateLimitHeaders(h, all)
+	ratelimitheader.Set(h, all)
 	names := make([]string, 0, len(h))
 	for k := range h {
 		names = append(names, k)

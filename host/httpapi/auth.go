@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/ratelimitheader"
 )
 
 // DefaultTrustedProxies are the peers whose forwarding headers /v1/auth
@@ -36,7 +37,7 @@ func (s *Server) handleAuth(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(res.BadRequest.Error() + "\n"))
 		return
 	}
-	SetRateLimitHeaders(w.Header(), &res)
+	ratelimitheader.Set(w.Header(), &res)
 	switch {
 	case res.FailClosed:
 		w.WriteHeader(http.StatusServiceUnavailable)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -18,9 +17,6 @@ import (
 
 	"github.com/ruled-dev/ruled/host"
 )
-
-// MaxHits bounds the absolute value of hits in a check.
-const MaxHits = host.MaxHits
 
 // maxDedupID bounds the length of a dedup id.
 const maxDedupID = host.MaxDedupID
@@ -228,8 +224,8 @@ func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
 
 // checkLimits refuses hits and dedup ids out of bounds.
 func checkLimits(hits int64, dedupID string) *Error {
-	if hits < -MaxHits || hits > MaxHits {
-		return newBadRequest("invalid_field", "hits: must be between %d and %d, got %d", -MaxHits, MaxHits, hits)
+	if hits < -host.MaxHits || hits > host.MaxHits {
+		return newBadRequest("invalid_field", "hits: must be between %d and %d, got %d", -host.MaxHits, host.MaxHits, hits)
 	}
 	if len(dedupID) > maxDedupID {
 		return newBadRequest("invalid_field", "dedup_id: at most %d bytes, got %d", maxDedupID, len(dedupID))
@@ -291,105 +287,4 @@ func ceilMS(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// ceilSeconds rounds a duration up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64(math.Ceil(d.Seconds()))
-}
-
-// The canonical forms of the header names SetRateLimitHeaders sets, as
-// http.Header.Set would store them.
-const (
-	headerRateLimitPolicy = "Ratelimit-Policy"
-	headerRateLimit       = "Ratelimit"
-	headerRetryAfter      = "Retry-After"
-)
-
-// SetRateLimitHeaders sets the RateLimit-Policy and RateLimit fields of
-// draft-ietf-httpapi-ratelimit-headers-11 and, on a denial, Retry-After.
-// The gRPC API uses it too, so that every interface reports limits the
-// same way.
-//
-//   - RateLimit-Policy lists every enforcing rule that reports a limit, in
-//     rule order: "rule";q=LIMIT, with ;w=WINDOW in whole seconds when the
-//     rule has a window.
-//   - RateLimit lists those rules' service limits: "rule";r=REMAINING;t=RESET
-//     when the request is allowed. When it is denied, it lists only the
-//     rules that denied it, with r=0 and t their retry-after, so that no
-//     item promises quota that a retry would not find.
-//   - Retry-After, on a denial, is the longest retry-after in whole
-//     seconds, at least 1: never earlier than the end of any effective
-//     window RateLimit reports (the draft's §6).
-//
-// It runs on every check, so it builds the three values in one buffer and
-// sets the canonical names directly: two allocations where Header.Set and
-// string concatenation took seven for one rule.
-func SetRateLimitHeaders(h http.Header, res *host.Result) {
-	var buf [256]byte
-	b := buf[:0]
-	retryAfter := max(ceilSeconds(res.RetryAfter), 1)
-	for i := range res.Results {
-		rr := &res.Results[i]
-		if !rr.ReportsLimit() {
-			continue
-		}
-		if len(b) > 0 {
-			b = append(b, ", "...)
-		}
-		b = strconv.AppendQuote(b, rr.Rule) // rule names are [a-z0-9_-]: a valid sf-string
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, rr.Limit, 10)
-		if rr.Window > 0 {
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, max(ceilSeconds(rr.Window), 1), 10)
-		}
-	}
-	if len(b) == 0 && res.Allowed {
-		return
-	}
-	policyEnd := len(b)
-	for i := range res.Results {
-		rr := &res.Results[i]
-		if !rr.ReportsLimit() || (!res.Allowed && rr.Allowed) {
-			continue
-		}
-		if len(b) > policyEnd {
-			b = append(b, ", "...)
-		}
-		b = strconv.AppendQuote(b, rr.Rule)
-		if rr.Allowed {
-			b = append(b, ";r="...)
-			b = strconv.AppendInt(b, max(rr.Remaining, 0), 10)
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, ceilSeconds(rr.Reset), 10)
-			continue
-		}
-		t := max(ceilSeconds(rr.RetryAfter), 1)
-		retryAfter = max(retryAfter, t)
-		b = append(b, ";r=0;t="...)
-		b = strconv.AppendInt(b, t, 10)
-	}
-	rateLimitEnd := len(b)
-	if !res.Allowed {
-		b = strconv.AppendInt(b, retryAfter, 10)
-	}
-	s := string(b)
-	// One backing array for the three values; each header gets a slice
-	// capped at its own element, so that an append to one cannot reach
-	// the next.
-	vals := [...]string{s[:policyEnd], s[policyEnd:rateLimitEnd], s[rateLimitEnd:]}
-	all := vals[:]
-	if policyEnd > 0 {
-		h[headerRateLimitPolicy] = all[0:1:1]
-	}
-	if rateLimitEnd > policyEnd {
-		h[headerRateLimit] = all[1:2:2]
-	}
-	if !res.Allowed {
-		h[headerRetryAfter] = all[2:3:3]
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/go-json-experiment/json"
 
 	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/ratelimitheader"
 )
 
 // Leaser takes and returns client leases (*host.ClientLeases is one), and
@@ -163,10 +164,10 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 		a.RetryAfterMS = ceilMS(l.RetryAfter)
 		res := host.Result{Allowed: l.Permits > 0, RetryAfter: l.RetryAfter, Results: l.Results}
 		a.Results = encodeResult(&res).Results
-		SetRateLimitHeaders(w.Header(), &res)
+		ratelimitheader.Set(w.Header(), &res)
 		// A lease the rules deny is still a 200: its retry-after is the
 		// body's retry_after_ms, and Retry-After belongs to 429 and 503.
-		w.Header().Del(headerRetryAfter)
+		w.Header().Del(ratelimitheader.RetryAfter)
 		if holds := l.Holds(); l.Permits > 0 && len(holds) > 0 {
 			// A rule whose surplus could not be refunded at once counted
 			// more than the lease's permits; a return gives back at most

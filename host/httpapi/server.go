@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/ratelimitheader"
 )
 
 // MaxBodyBytes bounds a request body.
@@ -167,7 +168,7 @@ func (s *Server) respondCheck(w http.ResponseWriter, res *host.Result) {
 	case !res.Allowed:
 		status = http.StatusTooManyRequests
 	}
-	SetRateLimitHeaders(w.Header(), res)
+	ratelimitheader.Set(w.Header(), res)
 	buf := answerBuffers.Get().(*[]byte)
 	*buf = appendResult((*buf)[:0], res)
 	w.Header().Set("Content-Type", "application/json")

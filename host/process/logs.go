@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/ruled-dev/ruled/internal/lograte"
 	"github.com/ruled-dev/ruled/sdk"
 )
 
@@ -30,15 +31,19 @@ const (
 	logLinesPerSecond = 100
 )
 
-// logSink is a plugin's bounded way into the daemon's log.
+// logSink is a plugin's bounded way into the daemon's log. The zero value
+// is not ready: use newLogSink.
 type logSink struct {
-	now func() time.Time // time.Now unless a test sets it
+	now  func() time.Time // time.Now unless a test sets it
+	gate *lograte.Gate    // logLinesPerSecond a second
 
-	mu     sync.Mutex
-	log    *slog.Logger
-	second int64
-	n      int
-	drops  int
+	mu  sync.Mutex
+	log *slog.Logger
+}
+
+// newLogSink returns a sink that logs through l.
+func newLogSink(l *slog.Logger) *logSink {
+	return &logSink{log: l, gate: lograte.NewGateN(time.Second, logLinesPerSecond)}
 }
 
 func (s *logSink) logger() *slog.Logger {
@@ -53,24 +58,6 @@ func (s *logSink) setLogger(l *slog.Logger) {
 	s.mu.Unlock()
 }
 
-// allow reports whether a line may be logged now, and how many lines were
-// dropped in the previous second when this is the first line of a new one.
-func (s *logSink) allow(now time.Time) (ok bool, dropped int) {
-	sec := now.Unix()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sec != s.second {
-		s.second, s.n = sec, 0
-		dropped, s.drops = s.drops, 0
-	}
-	if s.n >= logLinesPerSecond {
-		s.drops++
-		return false, dropped
-	}
-	s.n++
-	return true, dropped
-}
-
 // emit logs one line through h when it is set (the capability's Host of a
 // decision, which attributes the line to the rule's plugin), or through the
 // plugin's logger.
@@ -83,7 +70,7 @@ func (s *logSink) emit(h sdk.Host, level slog.Level, msg string, args ...any) {
 	if s.now != nil {
 		now = s.now
 	}
-	ok, dropped := s.allow(now())
+	ok, dropped := s.gate.Allow("", now())
 	if dropped > 0 {
 		l.Warn("dropped plugin log lines over the rate limit", "count", dropped, "limit_per_second", logLinesPerSecond)
 	}

@@ -15,8 +15,8 @@ import (
 func TestLogsAreBounded(t *testing.T) {
 	var buf bytes.Buffer
 	clock := time.Unix(1_790_000_000, 0)
-	sink := &logSink{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		now: func() time.Time { return clock }}
+	sink := newLogSink(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	sink.now = func() time.Time { return clock }
 	l := newHCLogger(sink).Named("faulty")
 	for range 150 {
 		l.Warn(strings.Repeat("x", 5000), "plugin", "/bin/faulty", "v", strings.Repeat("y", 1000))
@@ -75,7 +75,7 @@ func TestBackoff(t *testing.T) {
 // and the repeated values are kept under suffixed keys.
 func TestPluginLogKeysAreUnique(t *testing.T) {
 	var buf bytes.Buffer
-	sink := &logSink{log: slog.New(slog.NewJSONHandler(&buf, nil)).With("plugin", "conc")}
+	sink := newLogSink(slog.New(slog.NewJSONHandler(&buf, nil)).With("plugin", "conc"))
 	newHCLogger(sink).Named("conc").Warn("hello", "msg", "m", "level", "l", "time", "t", "component", "c",
 		"plugin", "/bin/conc", "executable", "e", "k", 1, "k", 2, "process", "p")
 	line := strings.TrimSpace(buf.String())

@@ -179,7 +179,7 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plugin{path: abs, opts: opts, logs: &logSink{log: opts.Logger.With("process", abs)},
+	p := &Plugin{path: abs, opts: opts, logs: newLogSink(opts.Logger.With("process", abs)),
 		configs: map[uint64]*abipb.ConfigureRequest{}, calls: callTable{m: map[uint64]*call{}},
 		wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
 		checksum: checksum}
@@ -188,7 +188,7 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("process: %s: %w", path, err)
 	}
-	if err := checkInfo(&in.info); err != nil {
+	if err := capability.CheckInfo(&in.info); err != nil {
 		in.stop(stopGrace)
 		return nil, fmt.Errorf("process: %s: %w", path, err)
 	}
@@ -247,21 +247,6 @@ func checkDigest(path, want string) ([]byte, error) {
 	return pin, nil
 }
 
-// checkInfo validates what a plugin says about itself.
-func checkInfo(info *sdk.Info) error {
-	if !capability.ValidName(info.Name) {
-		return fmt.Errorf("plugin name %q: want lower-case letters, digits, '-' or '_' (at most 63)", info.Name)
-	}
-	seen := map[string]bool{}
-	for _, s := range info.Scripts {
-		if s.Name == "" || seen[s.Name] {
-			return fmt.Errorf("plugin %s: script name %q empty or declared twice", info.Name, s.Name)
-		}
-		seen[s.Name] = true
-	}
-	return nil
-}
-
 // sameInfo reports whether a restarted process describes itself as the
 // first one did: the scripts registered with the capability are its, and
 // the traits the loaded rules were compiled with (the engine's shortcuts)
@@ -307,15 +292,7 @@ func scriptSet(scripts []sdk.Script) map[string]sdk.Script {
 }
 
 // Info implements sdk.Algorithm with what the process answered to Init.
-func (p *Plugin) Info() sdk.Info {
-	info := p.info
-	info.Scripts = make([]sdk.Script, len(p.info.Scripts))
-	for i, s := range p.info.Scripts {
-		s.Commands = append([]string(nil), s.Commands...)
-		info.Scripts[i] = s
-	}
-	return info
-}
+func (p *Plugin) Info() sdk.Info { return capability.CloneInfo(p.info) }
 
 // Steps reports whether the process decides in steps on its steps socket: ruled
 // then runs each script call itself, and the process never calls back.

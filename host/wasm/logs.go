@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/ruled-dev/ruled/internal/lograte"
 	"github.com/ruled-dev/ruled/sdk"
 )
 
@@ -24,7 +24,7 @@ const (
 // during a decision (which attributes it to the rule's plugin) or the
 // plugin's logger otherwise.
 func (p *Plugin) guestLog(ctx context.Context, h sdk.Host, level sdk.Level, msg string) {
-	ok, dropped := p.logs.allow(time.Now())
+	ok, dropped := p.logs.Allow("", time.Now())
 	if dropped > 0 {
 		p.log.Warn("dropped guest log lines over the rate limit", "count", dropped, "limit_per_second", logLinesPerSecond)
 	}
@@ -38,31 +38,8 @@ func (p *Plugin) guestLog(ctx context.Context, h sdk.Host, level sdk.Level, msg 
 	p.log.Log(ctx, slog.Level(level), msg)
 }
 
-// logLimiter bounds the lines a plugin logs per second.
-type logLimiter struct {
-	mu      sync.Mutex
-	second  int64
-	n       int
-	dropped int
-}
-
-// allow reports whether a line may be logged now, and how many lines were
-// dropped in the previous second when this is the first line of a new one.
-func (l *logLimiter) allow(now time.Time) (ok bool, dropped int) {
-	sec := now.Unix()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if sec != l.second {
-		l.second, l.n = sec, 0
-		dropped, l.dropped = l.dropped, 0
-	}
-	if l.n >= logLinesPerSecond {
-		l.dropped++
-		return false, dropped
-	}
-	l.n++
-	return true, dropped
-}
+// newLogGate bounds the lines a plugin logs: logLinesPerSecond a second.
+func newLogGate() *lograte.Gate { return lograte.NewGateN(time.Second, logLinesPerSecond) }
 
 // lineWriter turns a guest's stdout or stderr into log lines. It belongs
 // to one instance and, like it, is used by one goroutine at a time.

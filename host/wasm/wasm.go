@@ -31,6 +31,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/wasm/internal/meter"
+	"github.com/ruled-dev/ruled/internal/lograte"
 	"github.com/ruled-dev/ruled/internal/pluginfile"
 	"github.com/ruled-dev/ruled/sdk"
 	"github.com/ruled-dev/ruled/sdk/abi"
@@ -131,7 +132,7 @@ type Plugin struct {
 	info  sdk.Info
 	opts  Options
 	log   *slog.Logger
-	logs  logLimiter
+	logs  *lograte.Gate // the guest's log lines (newLogGate)
 	rt    wazero.Runtime
 	cache wazero.CompilationCache
 	code  wazero.CompiledModule
@@ -203,7 +204,7 @@ func Inspect(ctx context.Context, path string) (Module, error) {
 
 func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin, err error) {
 	opts.fill()
-	p := &Plugin{path: path, opts: opts, log: opts.Logger, configs: map[uint64][]byte{}}
+	p := &Plugin{path: path, opts: opts, log: opts.Logger, logs: newLogGate(), configs: map[uint64][]byte{}}
 	rc := wazero.NewRuntimeConfig()
 	if opts.interpreter {
 		rc = wazero.NewRuntimeConfigInterpreter()
@@ -243,7 +244,7 @@ func load(ctx context.Context, path string, bin []byte, opts Options) (_ *Plugin
 	if err != nil {
 		return nil, err
 	}
-	if err = checkInfo(&first.info); err != nil {
+	if err = capability.CheckInfo(&first.info); err != nil {
 		first.close()
 		return nil, err
 	}
@@ -330,36 +331,8 @@ func compile(ctx context.Context, rt wazero.Runtime, bin []byte, how interrupt) 
 	return code, nil
 }
 
-// checkInfo validates what a guest says about itself.
-func checkInfo(info *sdk.Info) error {
-	if !capability.ValidName(info.Name) {
-		return fmt.Errorf("plugin name %q: want lower-case letters, digits, '-' or '_' (at most 63)", info.Name)
-	}
-	seen := map[string]bool{}
-	for _, s := range info.Scripts {
-		if s.Name == "" || seen[s.Name] {
-			return fmt.Errorf("plugin %s: script name %q empty or declared twice", info.Name, s.Name)
-		}
-		seen[s.Name] = true
-		if s.Returns != nil {
-			if err := s.Returns.CheckNames(); err != nil {
-				return fmt.Errorf("plugin %s: script %q: %w", info.Name, s.Name, err)
-			}
-		}
-	}
-	return nil
-}
-
 // Info implements sdk.Algorithm with what the module's ruled_init answered.
-func (p *Plugin) Info() sdk.Info {
-	info := p.info
-	info.Scripts = make([]sdk.Script, len(p.info.Scripts))
-	for i, s := range p.info.Scripts {
-		s.Commands = append([]string(nil), s.Commands...)
-		info.Scripts[i] = s
-	}
-	return info
-}
+func (p *Plugin) Info() sdk.Info { return capability.CloneInfo(p.info) }
 
 // Steps reports whether the module decides in steps (ABI ruled_step): the
 // driver then runs each script call itself, holding no instance while

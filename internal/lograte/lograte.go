@@ -1,7 +1,8 @@
 // Package lograte keeps log lines that an outside party can trigger (a
-// failed TLS handshake, a decision degraded by an outage) from flooding
-// the log: one line per kind of event every interval, the next one saying
-// how many were dropped in between.
+// failed TLS handshake, a decision degraded by an outage, a plugin that
+// logs in a loop) from flooding the log: one line (or a set number of
+// lines) per kind of event every interval, the first of the next interval
+// saying how many were dropped in between.
 package lograte
 
 import (
@@ -20,31 +21,55 @@ const maxKeys = 4096
 // overflowKey is the slot of the kinds past maxKeys.
 const overflowKey = "\x00other"
 
-// Gate lets one line per key through every interval and counts the ones
-// it holds back. The zero value is not ready: use NewGate. It is lock-free
-// once a key has its slot.
+// Gate lets a number of lines per key through every interval (one, for
+// NewGate) and counts the ones it holds back. An interval begins with the
+// first line of a key after the previous one ended. The zero value is not
+// ready: use NewGate or NewGateN. It is lock-free once a key has its slot.
 type Gate struct {
 	every time.Duration
+	lines int64    // lines per key per interval
 	keys  sync.Map // key -> *slot
 	n     atomic.Int32
 }
 
 type slot struct {
-	next       atomic.Int64 // unix nanoseconds before which lines are held back
-	suppressed atomic.Int64 // lines held back since the last one let through
+	cur        atomic.Pointer[interval] // nil before the key's first line
+	suppressed atomic.Int64             // lines held back since the last interval began
+}
+
+// interval is one interval of one key.
+type interval struct {
+	end  int64        // unix nanoseconds at which it ends
+	used atomic.Int64 // lines let through in it, and those that found it full
 }
 
 // NewGate returns a Gate that lets one line per key through every every.
-func NewGate(every time.Duration) *Gate { return &Gate{every: every} }
+func NewGate(every time.Duration) *Gate { return NewGateN(every, 1) }
 
-// Allow reports whether a line for key may be written at now, and if so
-// how many lines were held back since the previous one.
+// NewGateN returns a Gate that lets n lines per key through every every
+// (at least one): a budget of lines per interval, such as a plugin's
+// lines per second.
+func NewGateN(every time.Duration, n int) *Gate {
+	return &Gate{every: every, lines: int64(max(n, 1))}
+}
+
+// Allow reports whether a line for key may be written at now, and if it is
+// the first line of an interval, how many lines were held back since the
+// previous interval began; the other lines let through report 0.
 func (g *Gate) Allow(key string, now time.Time) (ok bool, suppressed int64) {
 	s := g.slot(key)
 	t := now.UnixNano()
-	next := s.next.Load()
-	if t >= next && s.next.CompareAndSwap(next, t+int64(g.every)) {
-		return true, s.suppressed.Swap(0)
+	cur := s.cur.Load()
+	if cur == nil || t >= cur.end {
+		next := &interval{end: t + int64(g.every)}
+		next.used.Store(1)
+		if s.cur.CompareAndSwap(cur, next) {
+			return true, s.suppressed.Swap(0)
+		}
+		cur = s.cur.Load() // another line began the interval first
+	}
+	if cur.used.Add(1) <= g.lines {
+		return true, 0
 	}
 	s.suppressed.Add(1)
 	return false, 0

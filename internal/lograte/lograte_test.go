@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -30,6 +32,68 @@ func TestGateOneLinePerKeyPerInterval(t *testing.T) {
 	}
 	if ok, _ := g.Allow("a", t0.Add(every+time.Second)); ok {
 		t.Fatal("the next interval did not start")
+	}
+}
+
+// A gate of n lines lets the first n lines of each key through in an
+// interval, and the first line of the next interval reports the rest.
+func TestGateNLinesPerKeyPerInterval(t *testing.T) {
+	const every, n = time.Second, 100
+	g := NewGateN(every, n)
+	t0 := time.Unix(1000, 500_000_000) // intervals begin with a line, not on the second
+	for i := range 150 {
+		ok, s := g.Allow("p", t0.Add(time.Duration(i)*time.Millisecond))
+		if ok != (i < n) || s != 0 {
+			t.Fatalf("line %d: %v, suppressed %d; want %v, 0", i, ok, s, i < n)
+		}
+	}
+	if ok, _ := g.Allow("q", t0.Add(200*time.Millisecond)); !ok {
+		t.Fatal("another key shares the budget")
+	}
+	if ok, _ := g.Allow("p", t0.Add(every-time.Nanosecond)); ok {
+		t.Fatal("a line past the budget, before the interval ended, let through")
+	}
+	if ok, s := g.Allow("p", t0.Add(every)); !ok || s != 51 {
+		t.Fatalf("first line of the next interval: %v, suppressed %d; want true, 51", ok, s)
+	}
+	if ok, s := g.Allow("p", t0.Add(every+time.Millisecond)); !ok || s != 0 {
+		t.Fatalf("second line of the next interval: %v, suppressed %d; want true, 0", ok, s)
+	}
+	g0 := NewGateN(every, 0)
+	first, _ := g0.Allow("k", t0)
+	second, _ := g0.Allow("k", t0)
+	if !first || second {
+		t.Fatal("a budget below one line is not one line")
+	}
+}
+
+// Lines asked for at once from many goroutines: exactly the budget gets
+// through in each interval, and the counts of the held-back ones add up.
+func TestGateNConcurrent(t *testing.T) {
+	const n, callers, each = 10, 8, 50
+	g := NewGateN(time.Second, n)
+	t0 := time.Unix(2000, 0)
+	for round := range 3 {
+		now := t0.Add(time.Duration(round) * time.Second)
+		var passed, reported atomic.Int64
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				for range each {
+					if ok, s := g.Allow("k", now); ok {
+						passed.Add(1)
+						reported.Add(s)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if passed.Load() != n {
+			t.Fatalf("round %d: %d lines passed, want %d", round, passed.Load(), n)
+		}
+		if want := int64(callers*each - n); round > 0 && reported.Load() != want {
+			t.Fatalf("round %d: the interval's first line reported %d held back, want %d", round, reported.Load(), want)
+		}
 	}
 }
 

@@ -1,19 +1,23 @@
-package httpapi_test
+package ratelimitheader_test
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/host/httpapi"
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/ratelimitheader"
 	"github.com/ruled-dev/ruled/internal/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/sdk"
@@ -99,7 +103,7 @@ func parseSFList(v string) ([]sfItem, error) {
 	}
 }
 
-// checkRateLimitFields checks the fields SetRateLimitHeaders set for res
+// checkRateLimitFields checks the fields Set set for res
 // against draft-ietf-httpapi-ratelimit-headers-11 and against the
 // decision itself.
 func checkRateLimitFields(t *testing.T, h http.Header, res *host.Result) {
@@ -208,18 +212,6 @@ func checkRateLimitFields(t *testing.T, h http.Header, res *host.Result) {
 	}
 }
 
-// lastResult is a Checker that keeps the last result it answered, for
-// tests that check an answer against the decision behind it.
-type lastResult struct {
-	httpapi.Checker
-	res host.Result
-}
-
-func (l *lastResult) Check(ctx context.Context, req *host.CheckRequest) host.Result {
-	l.res = l.Checker.Check(ctx, req)
-	return l.res
-}
-
 func TestRateLimitFieldsFollowTheDraft(t *testing.T) {
 	rng := rand.New(rand.NewPCG(20, 11))
 	dur := func() time.Duration {
@@ -249,7 +241,7 @@ func TestRateLimitFieldsFollowTheDraft(t *testing.T) {
 			res.Allowed, res.FailClosed = false, true
 		}
 		h := http.Header{"X-Kept": {"1"}}
-		httpapi.SetRateLimitHeaders(h, &res)
+		ratelimitheader.Set(h, &res)
 		t.Run(strconv.Itoa(i), func(t *testing.T) { checkRateLimitFields(t, h, &res) })
 		if h.Get("X-Kept") != "1" {
 			t.Fatalf("result %d: an unrelated header was lost", i)
@@ -292,7 +284,7 @@ func TestRateLimitFieldsOfKnownDecisions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
-			httpapi.SetRateLimitHeaders(h, &tc.res)
+			ratelimitheader.Set(h, &tc.res)
 			if h.Get("RateLimit-Policy") != tc.policy || h.Get("RateLimit") != tc.rateLimit || h.Get("Retry-After") != tc.retryAt {
 				t.Fatalf("RateLimit-Policy %q, RateLimit %q, Retry-After %q\nwant %q, %q, %q", h.Get("RateLimit-Policy"),
 					h.Get("RateLimit"), h.Get("Retry-After"), tc.policy, tc.rateLimit, tc.retryAt)
@@ -304,11 +296,19 @@ func TestRateLimitFieldsOfKnownDecisions(t *testing.T) {
 
 // TestRateLimitFieldsOfRealDenials drives the plugins whose denials once
 // sent fields that contradicted them (a min_gap denial said quota
-// remained; a token bucket's t outlasted Retry-After) through the HTTP API
-// on a real Redis, and checks every answer against the draft.
+// remained; a token bucket's t outlasted Retry-After) through the engine
+// on a real Redis, and checks the fields of every decision against the
+// draft.
 func TestRateLimitFieldsOfRealDenials(t *testing.T) {
 	rs := redistest.Start(t)
-	e, _ := newTestEngine(t, rs, 2*time.Second, `rules:
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	e, err := host.NewEngine(host.Options{Capability: capability.New(client, capability.Options{Timeout: 2 * time.Second}), Plugins: builtin.All()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(`rules:
   - name: login-gap
     when: request.path == "/login"
     subject: request.ip
@@ -324,38 +324,41 @@ func TestRateLimitFieldsOfRealDenials(t *testing.T) {
     subject: request.ip
     plugin: fixedwindow
     config: {limit: 1000, window: 24h}
-`, builtin.All())
-	last := &lastResult{Checker: e}
-	srv := httpapi.New(httpapi.Options{Checker: last})
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Load(context.Background(), path); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		path    string
 		denyAt  int
 		nPolicy int
 	}{{"/login", 1, 1}, {"/api", 2, 2}} {
 		for i := 0; i <= tc.denyAt; i++ {
-			w := httptest.NewRecorder()
-			srv.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check",
-				strings.NewReader(`{"request": {"ip": "192.0.2.9", "path": "`+tc.path+`"}}`)))
-			checkRateLimitFields(t, w.Header(), &last.res)
-			if denied := w.Code == http.StatusTooManyRequests; denied != (i == tc.denyAt) {
-				t.Fatalf("%s call %d: status %d", tc.path, i, w.Code)
+			res := e.Check(context.Background(), &host.CheckRequest{Request: host.Request{IP: "192.0.2.9", Path: tc.path}, Hits: 1})
+			h := http.Header{}
+			ratelimitheader.Set(h, &res)
+			checkRateLimitFields(t, h, &res)
+			if res.Allowed != (i < tc.denyAt) {
+				t.Fatalf("%s call %d: allowed %v", tc.path, i, res.Allowed)
 			}
 			// A denial ends the check at the denying rule, so only an
 			// allowed answer reports every rule the path matches.
-			if got := strings.Count(w.Header().Get("RateLimit-Policy"), `;q=`); i < tc.denyAt && got != tc.nPolicy {
-				t.Fatalf("%s call %d: RateLimit-Policy %q, want %d policies", tc.path, i, w.Header().Get("RateLimit-Policy"), tc.nPolicy)
+			if got := strings.Count(h.Get("RateLimit-Policy"), `;q=`); i < tc.denyAt && got != tc.nPolicy {
+				t.Fatalf("%s call %d: RateLimit-Policy %q, want %d policies", tc.path, i, h.Get("RateLimit-Policy"), tc.nPolicy)
 			}
-			if i == tc.denyAt && (w.Header().Get("RateLimit") == "" || !strings.Contains(w.Header().Get("RateLimit"), ";r=0;")) {
-				t.Fatalf("%s denial: RateLimit %q", tc.path, w.Header().Get("RateLimit"))
+			if i == tc.denyAt && (h.Get("RateLimit") == "" || !strings.Contains(h.Get("RateLimit"), ";r=0;")) {
+				t.Fatalf("%s denial: RateLimit %q", tc.path, h.Get("RateLimit"))
 			}
 		}
 	}
 }
 
-// TestSetRateLimitHeadersAllocatesTwice holds the doc comment's promise:
+// TestSetAllocatesTwice holds the doc comment's promise:
 // one string for the three values and one array to hold them, however
 // many rules the fields list.
-func TestSetRateLimitHeadersAllocatesTwice(t *testing.T) {
+func TestSetAllocatesTwice(t *testing.T) {
 	res := host.Result{RetryAfter: 2500 * time.Millisecond, Results: []host.RuleResult{
 		{Rule: "burst", Decision: sdk.Decision{Allowed: true, Limit: 100, Remaining: 42, Window: time.Minute, Reset: time.Minute}},
 		{Rule: "hourly", Decision: sdk.Decision{Allowed: true, Limit: 500, Remaining: 7, Window: time.Hour, Reset: time.Hour}},
@@ -363,7 +366,7 @@ func TestSetRateLimitHeadersAllocatesTwice(t *testing.T) {
 	h := http.Header{}
 	for _, allowed := range []bool{true, false} {
 		res.Allowed = allowed
-		if n := testing.AllocsPerRun(100, func() { httpapi.SetRateLimitHeaders(h, &res) }); n > 2 {
+		if n := testing.AllocsPerRun(100, func() { ratelimitheader.Set(h, &res) }); n > 2 {
 			t.Fatalf("allowed %v: %v allocations, want at most 2", allowed, n)
 		}
 	}
