@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 )
 
 func TestSummarize(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 )
 
 // BenchmarkCheck is one decision through the whole engine (rules, plugin,

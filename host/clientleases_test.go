@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 )
 
 const clientLeaseRules = `rules:

@@ -16,7 +16,7 @@ import (
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/process"
 	"github.com/ruled-dev/ruled/host/wasm"
-	"github.com/ruled-dev/ruled/internal/envoyimport"
+	"github.com/ruled-dev/ruled/internal/offline/envoyimport"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 )
 
 var (

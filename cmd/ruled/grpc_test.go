@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 )
 
 // TestServeGRPC starts serve with --grpc-listen and asks Envoy's rate limit

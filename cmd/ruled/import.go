@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/ruled-dev/ruled/internal/envoyimport"
+	"github.com/ruled-dev/ruled/internal/offline/envoyimport"
 	"github.com/ruled-dev/ruled/rules"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ruled-dev/ruled/internal/redistest"
-	"github.com/ruled-dev/ruled/internal/tlsconfig/tlstest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/tlstest"
 )
 
 // TestHandshakeFloodIsRateLimited: 500 TLS handshakes without the client

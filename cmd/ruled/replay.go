@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/internal/accesslog"
-	"github.com/ruled-dev/ruled/internal/replay"
+	"github.com/ruled-dev/ruled/internal/offline/accesslog"
+	"github.com/ruled-dev/ruled/internal/offline/replay"
 	"github.com/ruled-dev/ruled/rules"
 )
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ruled-dev/ruled/internal/replay"
+	"github.com/ruled-dev/ruled/internal/offline/replay"
 )
 
 func runReplay(t testing.TB, args ...string) (int, string, string) {

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/internal/ruletest"
+	"github.com/ruled-dev/ruled/internal/offline/ruletest"
 	"github.com/ruled-dev/ruled/rules"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/store"
 	"github.com/ruled-dev/ruled/host/wasm"
-	"github.com/ruled-dev/ruled/internal/ruletest"
+	"github.com/ruled-dev/ruled/internal/offline/ruletest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 )

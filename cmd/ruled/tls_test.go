@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 
-	"github.com/ruled-dev/ruled/internal/tlsconfig/tlstest"
+	"github.com/ruled-dev/ruled/internal/testkit/tlstest"
 )
 
 // tlsRules allow two checks a minute per client IP.

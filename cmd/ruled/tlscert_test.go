@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ruled-dev/ruled/internal/tlsconfig/tlstest"
+	"github.com/ruled-dev/ruled/internal/testkit/tlstest"
 )
 
 // TestTLSRefusesCertificatesNotValidNow: an expired certificate and one

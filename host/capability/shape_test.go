@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ruled-dev/ruled/host/capability"
-	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 	"github.com/ruled-dev/ruled/sdk"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host/capability"
-	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 	"github.com/ruled-dev/ruled/sdk"
 )
 

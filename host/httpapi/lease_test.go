@@ -13,7 +13,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/httpapi"
-	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 )
 

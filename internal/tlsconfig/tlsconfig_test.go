@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ruled-dev/ruled/internal/testkit/tlstest"
 	"github.com/ruled-dev/ruled/internal/tlsconfig"
-	"github.com/ruled-dev/ruled/internal/tlsconfig/tlstest"
 )
 
 // serveTLS accepts connections on a loopback listener with cfg, completes

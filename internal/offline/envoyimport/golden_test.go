@@ -132,7 +132,7 @@ func TestTranslateErrors(t *testing.T) {
 // ratelimit configs", is the translate/docs case: its envoy config and its
 // rules (but for the header and the override rule, which it leaves out).
 func TestDocsExample(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "rules.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "rules.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

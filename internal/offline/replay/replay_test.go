@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/internal/replay"
+	"github.com/ruled-dev/ruled/internal/offline/replay"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 )

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ruled-dev/ruled/internal/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 )
 
 func TestPasswordSurvivesRestart(t *testing.T) {

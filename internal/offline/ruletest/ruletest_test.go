@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ruled-dev/ruled/host"
-	"github.com/ruled-dev/ruled/internal/ruletest"
+	"github.com/ruled-dev/ruled/internal/offline/ruletest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 )
