@@ -134,3 +134,23 @@ func (in *Inspector) RuleInfos() []RuleInfo {
 	}
 	return out
 }
+
+// RuleInfo describes one serving rule, for the admin API and status page.
+type RuleInfo struct {
+	Name    string `json:"name"`
+	Plugin  string `json:"plugin"`
+	OnError string `json:"on_error"`
+	Shadow  bool   `json:"shadow"`
+	Stop    bool   `json:"stop"`
+	// Exempt, Replaces and DetailedMetric are the rule's exempt,
+	// replaces and detailed_metric (omitted when unset).
+	Exempt         bool           `json:"exempt,omitempty"`
+	Replaces       []string       `json:"replaces,omitempty"`
+	DetailedMetric bool           `json:"detailed_metric,omitempty"`
+	Dynamic        bool           `json:"dynamic"`
+	When           string         `json:"when"`
+	Subject        string         `json:"subject"`
+	Config         map[string]any `json:"config"`
+	File           string         `json:"file"`
+	Line           int            `json:"line"`
+}

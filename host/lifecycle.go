@@ -308,3 +308,30 @@ func (e *Engine) logReload(trigger string, n int, err error) {
 	LogRuleErrors(e.log, "rules reload error", list, "trigger", trigger)
 	e.log.Error("rules reload failed; the previous rules keep serving", "trigger", trigger, "errors", len(list))
 }
+
+// LoadError is one positioned rule-file error, as data.
+type LoadError struct {
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Column  int    `json:"column"`
+	Rule    string `json:"rule,omitempty"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// LoadErrors turns a load error into data: one entry per positioned error,
+// or a single entry without a position for any other error.
+func LoadErrors(err error) []LoadError {
+	if err == nil {
+		return nil
+	}
+	var list rules.ErrorList
+	if !errors.As(err, &list) {
+		return []LoadError{{Code: "load", Message: err.Error()}}
+	}
+	out := make([]LoadError, len(list))
+	for i, e := range list {
+		out[i] = LoadError{File: e.Pos.File, Line: e.Pos.Line, Column: e.Pos.Column, Rule: e.Rule, Code: e.Code, Message: e.Message}
+	}
+	return out
+}
