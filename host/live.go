@@ -18,32 +18,32 @@ var _ ruleDecider = (*generation)(nil)
 
 // decideRule implements ruleDecider: a cached denial when the deny cache
 // holds one, else the rule's lease, else the plugin.
-func (g *generation) decideRule(ctx context.Context, b budget, sel rules.Selection, r sdk.Request) (sdk.Decision, bool, error) {
+func (g *generation) decideRule(ctx context.Context, b budget, sel *rules.Selection, r sdk.Request, d *sdk.Decision) (bool, error) {
 	e, rule := g.engine, sel.Rule
 	key := local.Key{Rule: rule.Name, Subject: sel.Subject} // in the local caches
 	// A retry with a dedup_id is answered by the plugin, which knows it.
 	denyCached := !e.noShortcuts && rule.DenyCache && r.Hits > 0 && !r.BestEffort && r.DedupID == ""
 	if denyCached {
-		if d, ok := e.deny.Get(key, r.Hits); ok {
-			return d, true, nil
+		var ok bool
+		if *d, ok = e.deny.Get(key, r.Hits); ok {
+			return true, nil
 		}
 	}
 	if b.spent() {
-		return sdk.Decision{}, false, &capability.Error{Class: capability.ClassTimeout, Plugin: rule.Plugin, Err: ErrDecisionTimeout}
+		return false, &capability.Error{Class: capability.ClassTimeout, Plugin: rule.Plugin, Err: ErrDecisionTimeout}
 	}
 	p := g.plugins[rule.Plugin]
-	var d sdk.Decision
 	var err error
 	if !e.noShortcuts && leaseable(rule, r) {
-		d, err = e.decideLeased(ctx, b, p, key, sel, r)
+		*d, err = e.decideLeased(ctx, b, p, key, *sel, r)
 	} else {
 		if rule.Lease > 0 {
 			e.returnRuleLease(ctx, b, key)
 		}
-		d, err = safeDecide(ctx, b, p, rule.Name, sel.Config, r)
+		*d, err = safeDecide(ctx, b, p, rule.Name, sel.Config, r)
 	}
 	if err != nil {
-		return d, false, err
+		return false, err
 	}
 	if rule.DenyCache && !denyCached {
 		// A request the cache does not answer (a refund, a retry, a best
@@ -55,9 +55,9 @@ func (g *generation) decideRule(ctx context.Context, b budget, sel rules.Selecti
 		e.local.Reset() // Redis answers again and holds the truth
 	}
 	if denyCached && !d.Allowed {
-		e.deny.Put(key, r.Hits, d)
+		e.deny.Put(key, r.Hits, *d)
 	}
-	return d, false, nil
+	return false, nil
 }
 
 // refundRule implements ruleDecider, within what is left of b.

@@ -16,11 +16,12 @@ import (
 // a clock the caller sets. The loop owns everything else: exempt rules,
 // on_error, shadow rules, the first denial and the refunds it sets off.
 type ruleDecider interface {
-	// decideRule returns sel's decision of r within b. cached reports that
-	// a shortcut answered instead of the plugin; an error is the plugin's
-	// failure (or sdk.BadRequestError), which the loop turns into the
-	// rule's on_error decision.
-	decideRule(ctx context.Context, b budget, sel rules.Selection, r sdk.Request) (d sdk.Decision, cached bool, err error)
+	// decideRule writes sel's decision of r, made within b, to d. cached
+	// reports that a shortcut answered instead of the plugin; an error is
+	// the plugin's failure (or sdk.BadRequestError), which the loop turns
+	// into the rule's on_error decision. (sel and d point into the
+	// caller's slices: passing them costs no copy and no allocation.)
+	decideRule(ctx context.Context, b budget, sel *rules.Selection, r sdk.Request, d *sdk.Decision) (cached bool, err error)
 	// refundRule gives n units of sel's subject back to its plugin, which
 	// declares refunds, and returns the plugin's decision of the refund. A
 	// failure is the decider's to report; the loop keeps the grant.
@@ -66,7 +67,7 @@ const (
 func decideRules(ctx context.Context, d ruleDecider, b budget, mode loopMode, sels []rules.Selection, req *CheckRequest, res *Result) (int64, error) {
 	*res = Result{Allowed: true, Results: res.Results[:0]}
 	want := req.Hits
-	for i, sel := range sels {
+	for i := range sels {
 		res.Results = append(res.Results, RuleResult{})
 		rr := &res.Results[len(res.Results)-1]
 		ask := req
@@ -75,7 +76,7 @@ func decideRules(ctx context.Context, d ruleDecider, b budget, mode loopMode, se
 			fewer.Hits = want
 			ask = &fewer
 		}
-		decideRule(ctx, d, b, mode, sel, ask, rr)
+		decideRule(ctx, d, b, mode, &sels[i], ask, rr)
 		if mode == leaseMode && rr.Err != nil {
 			refundRules(ctx, d, b, sels, res.Results[:i], 0, "", req.Attrs)
 			return 0, fmt.Errorf("rule %s (plugin %s): %w", rr.Rule, rr.Plugin, rr.Err)
@@ -119,7 +120,7 @@ func decideRules(ctx context.Context, d ruleDecider, b budget, mode loopMode, se
 }
 
 // decideRule is one rule's decision of req, into rr.
-func decideRule(ctx context.Context, d ruleDecider, b budget, mode loopMode, sel rules.Selection, req *CheckRequest, rr *RuleResult) {
+func decideRule(ctx context.Context, d ruleDecider, b budget, mode loopMode, sel *rules.Selection, req *CheckRequest, rr *RuleResult) {
 	rule := sel.Rule
 	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow, detailed: rule.Detailed}
 	if rule.Exempt && sel.Err == nil {
@@ -128,19 +129,21 @@ func decideRule(ctx context.Context, d ruleDecider, b budget, mode loopMode, sel
 	}
 	r := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
 	if sel.Err != nil {
-		degrade(d, mode, rr, sel, r, sel.Err)
+		degrade(d, mode, rr, *sel, r, sel.Err)
 		return
 	}
-	dec, cached, err := d.decideRule(ctx, b, sel, r)
+	cached, err := d.decideRule(ctx, b, sel, r, &rr.Decision)
 	switch {
 	case err == nil:
-		rr.Decision, rr.cached = dec, cached
+		rr.cached = cached
 	case sdk.IsBadRequest(err):
+		rr.Decision = sdk.Decision{}
 		rr.Err = err
 	case errors.Is(ctx.Err(), context.Canceled):
+		rr.Decision = sdk.Decision{}
 		rr.Err, rr.cancelled = err, true // the caller hung up: not an outage
 	default:
-		degrade(d, mode, rr, sel, r, err)
+		degrade(d, mode, rr, *sel, r, err)
 	}
 }
 

@@ -68,9 +68,10 @@ func (s *Simulator) CheckInto(nowUS int64, req *CheckRequest, res *Result) {
 }
 
 // decideRule implements ruleDecider with sel's model.
-func (s *Simulator) decideRule(_ context.Context, _ budget, sel rules.Selection, r sdk.Request) (sdk.Decision, bool, error) {
-	d, _, err := s.models.Decide(s.nowUS, sel, 1, r)
-	return d, false, err
+func (s *Simulator) decideRule(_ context.Context, _ budget, sel *rules.Selection, r sdk.Request, d *sdk.Decision) (bool, error) {
+	var err error
+	*d, _, err = s.models.Decide(s.nowUS, *sel, 1, r)
+	return false, err
 }
 
 // refundRule implements ruleDecider with sel's model.
