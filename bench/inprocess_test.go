@@ -117,28 +117,35 @@ func TestRawCommandsWriteWhatTheEngineWrites(t *testing.T) {
 	}
 	defer e.Close(ctx)
 	const ip = "10.0.1.2"
-	if res := e.Check(ctx, &host.CheckRequest{Request: host.Request{IP: ip}, Hits: 1}); !res.Allowed || len(res.Results) != 1 || res.Results[0].Degraded != "" {
-		t.Fatalf("engine: %+v", res)
-	}
-	viaEngine := redisContents(t, client)
-	if len(viaEngine) == 0 {
-		t.Fatal("the engine's decision wrote no key")
-	}
-	if err := client.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
 	raw, err := rawCommands(ctx, client, log, rulesPath, []string{ip})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := client.Do(ctx, raw[0]...).Err(); err != nil {
-		t.Fatal(err)
+	// The window is an hour: a second attempt follows one whose two calls
+	// fell in two windows, and cannot cross the hour again.
+	var viaEngine, viaRaw map[string]map[string]string
+	for range 2 {
+		if err := client.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if res := e.Check(ctx, &host.CheckRequest{Request: host.Request{IP: ip}, Hits: 1}); !res.Allowed || len(res.Results) != 1 || res.Results[0].Degraded != "" {
+			t.Fatalf("engine: %+v", res)
+		}
+		viaEngine = redisContents(t, client)
+		if len(viaEngine) == 0 {
+			t.Fatal("the engine's decision wrote no key")
+		}
+		if err := client.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.Do(ctx, raw[0]...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if viaRaw = redisContents(t, client); maps.EqualFunc(viaRaw, viaEngine, maps.Equal) {
+			return
+		}
 	}
-	// Both fall in one window of an hour unless the clock crosses the hour
-	// between them.
-	if got := redisContents(t, client); !maps.EqualFunc(got, viaEngine, maps.Equal) {
-		t.Fatalf("the raw command wrote\n%v\nthe engine's decision\n%v", got, viaEngine)
-	}
+	t.Fatalf("the raw command wrote\n%v\nthe engine's decision\n%v", viaRaw, viaEngine)
 }
 
 // redisContents is every key in Redis, each a hash, with its fields; a key
