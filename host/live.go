@@ -34,8 +34,8 @@ func (g *generation) decideRule(ctx context.Context, b budget, sel *rules.Select
 	}
 	p := g.plugins[rule.Plugin]
 	var err error
-	if !e.noShortcuts && leaseable(rule, r) {
-		*d, err = e.decideLeased(ctx, b, p, key, *sel, r)
+	if !e.noShortcuts && leaseable(rule, &r) {
+		*d, err = e.decideLeased(ctx, b, p, key, sel, &r)
 	} else {
 		if rule.Lease > 0 {
 			e.returnRuleLease(ctx, b, key)

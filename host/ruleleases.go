@@ -104,7 +104,7 @@ func (ls *ruleLeases) drain(now time.Time) []*lease {
 
 // leaseable reports whether a request may be served from a lease: it takes
 // units, without the per-request options a lease cannot honour.
-func leaseable(rule *rules.Rule, req sdk.Request) bool {
+func leaseable(rule *rules.Rule, req *sdk.Request) bool {
 	return rule.Lease > 0 && req.Hits > 0 && req.DedupID == "" && !req.BestEffort
 }
 
@@ -112,7 +112,7 @@ func leaseable(rule *rules.Rule, req sdk.Request) bool {
 // lease from Redis (lease permits, best effort, in one call) when it cannot.
 // The lease's lock is held across a refill, so that concurrent requests for
 // one subject wait for one refill instead of each taking a lease.
-func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key local.Key, sel rules.Selection, req sdk.Request) (sdk.Decision, error) {
+func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key local.Key, sel *rules.Selection, req *sdk.Request) (sdk.Decision, error) {
 	rule := sel.Rule
 	now := e.now()
 	l := e.ruleLeases.get(key, now)
@@ -135,7 +135,7 @@ func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key loca
 	fill := sdk.Request{Subject: sel.Subject, Hits: want, BestEffort: true, Attrs: req.Attrs}
 	d, err := safeDecide(ctx, b, p, rule.Name, sel.Config, fill)
 	if err != nil {
-		e.giveBack(ctx, b, p, sel, held)
+		e.giveBack(ctx, b, p, *sel, held)
 		return d, err
 	}
 	got := held
@@ -145,7 +145,7 @@ func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key loca
 	if got < req.Hits {
 		// Not enough for this request: give back what is held and decide
 		// the request alone, for an exact answer and retry-after.
-		e.giveBack(ctx, b, p, sel, got)
+		e.giveBack(ctx, b, p, *sel, got)
 		alone := sdk.Request{Subject: sel.Subject, Hits: req.Hits, Attrs: req.Attrs}
 		return safeDecide(ctx, b, p, rule.Name, sel.Config, alone)
 	}
@@ -158,7 +158,7 @@ func (e *Engine) decideLeased(ctx context.Context, b budget, p *plugin, key loca
 		// that held none starts afresh.
 		l.expires = now.Add(age)
 	}
-	l.sel, l.plugin = sel, p
+	l.sel, l.plugin = *sel, p
 	l.permits = got - req.Hits
 	l.taken, l.used = now, now
 	l.decision = d
