@@ -17,7 +17,11 @@ import (
 // authenticate the lease strings with the fleet's key. Engine.ClientLeases
 // returns them. (Rule leases, a rule's lease: N, are the engine's own
 // shortcut: ruleleases.go.)
-type ClientLeases struct{ e *Engine }
+type ClientLeases struct {
+	e   *Engine
+	key leaseKey      // the fleet's lease key, cached
+	obs LeaseObserver // the engine's Observer, when it listens to client leases
+}
 
 // ClientLeases returns the engine's ClientLeases.
 func (e *Engine) ClientLeases() *ClientLeases { return &e.clientLeases }
@@ -87,6 +91,10 @@ func (l *ClientLease) Holds() []LeaseHold {
 	return hs
 }
 
+// unused is what of the hold goes back when the client used the first
+// used permits of its lease.
+func (h LeaseHold) unused(used int64) int64 { return h.Taken - min(h.Taken, used) }
+
 // LeaseReturn gives back permits of a client lease that were not used.
 type LeaseReturn struct {
 	Request Request // of the LeaseRequest
@@ -135,9 +143,9 @@ type LeaseObserver interface {
 }
 
 // observeLease tells the observer of units of rule, if it listens.
-func (e *Engine) observeLease(rule string, event LeaseEvent, units int64) {
-	if e.leaseObs != nil && units > 0 {
-		e.leaseObs.LeaseUnits(rule, event, units)
+func (cl *ClientLeases) observeLease(rule string, event LeaseEvent, units int64) {
+	if cl.obs != nil && units > 0 {
+		cl.obs.LeaseUnits(rule, event, units)
 	}
 }
 
@@ -181,7 +189,7 @@ func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLeas
 		if rr.Reset > 0 {
 			out.TTL = min(out.TTL, rr.Reset)
 		}
-		cl.e.observeLease(rr.Rule, LeaseTaken, rr.Granted)
+		cl.observeLease(rr.Rule, LeaseTaken, rr.Granted)
 	}
 	if out.Permits == 0 {
 		out.TTL = 0
@@ -220,7 +228,7 @@ type LeaseReturnResult struct {
 //
 // A lease is credited at most once, fleet-wide: the returns that give
 // units back first mark their leases returned in Redis (one round trip
-// for all of rets; SET NX of LeaseReturnedKey, kept until a little past
+// for all of rets; SET NX of returnedKey, kept until a little past
 // the lease's deadline), and a return whose lease was marked before, by
 // this call, an earlier one or another instance, gives nothing back and
 // answers ErrLeaseReturned. A lease is marked before it is refunded: when
@@ -241,7 +249,7 @@ func (cl *ClientLeases) Return(ctx context.Context, rets []*LeaseReturn) []Lease
 			out[i].Err = fmt.Errorf("lease return: unused must be between 0 and the lease's %d permits, got %d", ret.Permits, ret.Unused)
 		case !ValidLeaseID(ret.ID):
 			out[i].Err = fmt.Errorf("lease return: lease id %q: want %d to %d bytes of base64url", ret.ID, 1, maxLeaseID)
-		case cl.e.lateReturn(g, ret, start):
+		case cl.lateReturn(g, ret, start):
 			out[i].Err = ErrLateReturn
 		case ret.givesBack():
 			claims = append(claims, i)
@@ -250,7 +258,7 @@ func (cl *ClientLeases) Return(ctx context.Context, rets []*LeaseReturn) []Lease
 	if len(claims) == 0 {
 		return out
 	}
-	first, err := cl.e.markReturned(ctx, start, rets, claims)
+	first, err := cl.markReturned(ctx, start, rets, claims)
 	for k, i := range claims {
 		ret := rets[i]
 		switch {
@@ -258,10 +266,10 @@ func (cl *ClientLeases) Return(ctx context.Context, rets []*LeaseReturn) []Lease
 			out[i].Err = err
 		case first[k] != nil:
 			out[i].Err = first[k]
-		case cl.e.lateReturn(g, ret, time.Now()): // the marking took the time left
+		case cl.lateReturn(g, ret, time.Now()): // the marking took the time left
 			out[i].Err = ErrLateReturn
 		default:
-			out[i].Returned, out[i].Err = cl.e.refundLease(ctx, g, ret)
+			out[i].Returned, out[i].Err = cl.refundLease(ctx, g, ret)
 		}
 	}
 	return out
@@ -271,7 +279,7 @@ func (cl *ClientLeases) Return(ctx context.Context, rets []*LeaseReturn) []Lease
 func (ret *LeaseReturn) givesBack() bool {
 	used := ret.Permits - ret.Unused
 	for _, h := range ret.Holds {
-		if h.Taken > used {
+		if h.unused(used) > 0 {
 			return true
 		}
 	}
@@ -280,7 +288,7 @@ func (ret *LeaseReturn) givesBack() bool {
 
 // lateReturn reports whether ret comes, at now, within 2 × ReturnSlack of
 // its deadline, and then tells the observer of its units as late.
-func (e *Engine) lateReturn(g *generation, ret *LeaseReturn, now time.Time) bool {
+func (cl *ClientLeases) lateReturn(g *generation, ret *LeaseReturn, now time.Time) bool {
 	if now.Add(2 * ReturnSlack).Before(ret.Deadline) {
 		return false
 	}
@@ -290,14 +298,15 @@ func (e *Engine) lateReturn(g *generation, ret *LeaseReturn, now time.Time) bool
 		if _, ok := g.set.Rule(rule); !ok { // metric labels only of loaded rules
 			rule = LeaseRuleUnloaded
 		}
-		e.observeLease(rule, LeaseLate, h.Taken-min(h.Taken, used))
+		cl.observeLease(rule, LeaseLate, h.unused(used))
 	}
 	return true
 }
 
 // refundLease refunds what ret's holds did not use, its lease marked
 // returned by this call.
-func (e *Engine) refundLease(ctx context.Context, g *generation, ret *LeaseReturn) (int64, error) {
+func (cl *ClientLeases) refundLease(ctx context.Context, g *generation, ret *LeaseReturn) (int64, error) {
+	e := cl.e
 	used := ret.Permits - ret.Unused
 	b := newBudget(ctx, time.Now(), e.timeout)
 	if cut := ret.Deadline.Add(-ReturnSlack); cut.Before(b.deadline) {
@@ -308,7 +317,7 @@ func (e *Engine) refundLease(ctx context.Context, g *generation, ret *LeaseRetur
 	var total int64
 	var errs []string
 	for _, h := range ret.Holds {
-		back := h.Taken - min(h.Taken, used)
+		back := h.unused(used)
 		if back <= 0 {
 			continue
 		}
@@ -317,11 +326,11 @@ func (e *Engine) refundLease(ctx context.Context, g *generation, ret *LeaseRetur
 			if rule.Name != h.Rule || sel.Subject != h.Subject || notLeasable(sel) != "" || !rule.Traits.Refunds {
 				continue
 			}
-			if _, err := e.refundUnits(ctx, b, g.plugins[rule.Plugin], sel, back, "", nil); err != nil {
+			if _, err := g.refundRule(ctx, b, sel, back, "", nil); err != nil {
 				errs = append(errs, fmt.Sprintf("rule %s: %v", rule.Name, err))
 				break
 			}
-			e.observeLease(rule.Name, LeaseReturned, back)
+			cl.observeLease(rule.Name, LeaseReturned, back)
 			total += back
 			break
 		}

@@ -75,7 +75,6 @@ type Engine struct {
 
 	obs         Observer
 	subjectObs  SubjectObserver // obs, when it listens per subject
-	leaseObs    LeaseObserver   // obs, when it listens to client leases
 	deny        *local.DenyCache
 	local       *local.Limiters
 	localInUse  atomic.Bool   // local limiters decided since Redis last answered
@@ -83,7 +82,6 @@ type Engine struct {
 	degradedLog *lograte.Gate // rate-limits "decision degraded" warnings, per rule
 	warnLog     *lograte.Gate // rate-limits the other warnings a request can set off, per message and rule
 	ruleLeases  *ruleLeases
-	leaseKey    leaseKey         // the fleet's lease key, cached
 	timeout     time.Duration    // DecisionTimeout
 	now         func() time.Time // Options.Now
 	noShortcuts bool             // Options.NoShortcuts
@@ -135,12 +133,13 @@ func NewEngine(o Options) (*Engine, error) {
 		e.obs = nopObserver{}
 	}
 	e.subjectObs, _ = e.obs.(SubjectObserver)
-	e.leaseObs, _ = e.obs.(LeaseObserver)
 	e.timeout, e.noShortcuts = o.DecisionTimeout, o.NoShortcuts
 	if e.timeout <= 0 {
 		e.timeout = DecisionTimeoutCalls * o.Capability.Timeout()
 	}
-	e.inspect, e.counters, e.clientLeases = Inspector{e}, Counters{e}, ClientLeases{e}
+	e.inspect, e.counters = Inspector{e}, Counters{e}
+	e.clientLeases.e = e
+	e.clientLeases.obs, _ = e.obs.(LeaseObserver)
 	e.clusterSize.Store(1)
 	if e.log == nil {
 		e.log = slog.Default()

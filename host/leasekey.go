@@ -15,7 +15,7 @@ import (
 
 // The fleet's lease key: every instance sharing a Redis signs the lease
 // strings it gives clients with one HMAC-SHA256 key kept in that Redis,
-// under ruled's own prefix (LeaseKeyName), so that a lease taken from one
+// under ruled's own prefix (keyName), so that a lease taken from one
 // instance can be returned to another and a client cannot forge or change
 // one. No plugin's ACL user can read it.
 const (
@@ -58,51 +58,53 @@ type leaseKey struct {
 	readAt time.Time
 }
 
-// LeaseKeyName is the Redis key that holds the fleet's lease key.
-func (cl *ClientLeases) KeyName() string { return cl.e.cap.Prefix() + ":lease-key" }
+// keyName is the Redis key that holds the fleet's lease key.
+func (cl *ClientLeases) keyName() string { return cl.e.cap.Prefix() + ":lease-key" }
 
 // LoadKey reads the fleet's lease key from Redis, creating it when
 // there is none, and caches it. The daemon calls it at start; signing and
 // verifying call it when the cached key is missing or old.
 func (cl *ClientLeases) LoadKey(ctx context.Context) error {
-	cl.e.leaseKey.mu.Lock()
-	defer cl.e.leaseKey.mu.Unlock()
-	_, err := cl.e.loadLeaseKeyLocked(ctx)
+	cl.key.mu.Lock()
+	defer cl.key.mu.Unlock()
+	_, err := cl.loadLeaseKeyLocked(ctx)
 	return err
 }
 
 // loadLeaseKeyLocked reads the key; e.leaseKey.mu is held.
-func (e *Engine) loadLeaseKeyLocked(ctx context.Context) ([]byte, error) {
+func (cl *ClientLeases) loadLeaseKeyLocked(ctx context.Context) ([]byte, error) {
+	e := cl.e
 	fresh := make([]byte, LeaseKeyBytes)
 	_, _ = rand.Read(fresh) // never fails (crypto/rand)
 	ctx, cancel := context.WithTimeout(ctx, e.cap.Timeout())
 	defer cancel()
-	v, err := leaseKeyScript.Run(ctx, e.cap.Client(), []string{e.clientLeases.KeyName()}, fresh).Text()
+	v, err := leaseKeyScript.Run(ctx, e.cap.Client(), []string{cl.keyName()}, fresh).Text()
 	if err != nil {
-		return nil, fmt.Errorf("lease key %s: %w", e.clientLeases.KeyName(), err)
+		return nil, fmt.Errorf("lease key %s: %w", cl.keyName(), err)
 	}
 	if len(v) < minLeaseKeyBytes {
 		return nil, fmt.Errorf("lease key %s: %d bytes in Redis, want at least %d (delete it and ruled creates one): %w",
-			e.clientLeases.KeyName(), len(v), minLeaseKeyBytes, errLeaseKeyShort)
+			cl.keyName(), len(v), minLeaseKeyBytes, errLeaseKeyShort)
 	}
-	e.leaseKey.key, e.leaseKey.readAt = []byte(v), e.now()
-	return e.leaseKey.key, nil
+	cl.key.key, cl.key.readAt = []byte(v), e.now()
+	return cl.key.key, nil
 }
 
 // currentLeaseKey is the cached key, read again when older than
 // leaseKeyRefresh. When Redis fails that read, the cached key goes on
 // serving and the next read is tried leaseKeyReread later: while Redis
 // does not answer, callers do not queue behind one time-out after another.
-func (e *Engine) currentLeaseKey(ctx context.Context) ([]byte, error) {
-	e.leaseKey.mu.Lock()
-	defer e.leaseKey.mu.Unlock()
-	if e.leaseKey.key != nil && e.now().Sub(e.leaseKey.readAt) < leaseKeyRefresh {
-		return e.leaseKey.key, nil
+func (cl *ClientLeases) currentLeaseKey(ctx context.Context) ([]byte, error) {
+	e := cl.e
+	cl.key.mu.Lock()
+	defer cl.key.mu.Unlock()
+	if cl.key.key != nil && e.now().Sub(cl.key.readAt) < leaseKeyRefresh {
+		return cl.key.key, nil
 	}
-	key, err := e.loadLeaseKeyLocked(ctx)
-	if err != nil && e.leaseKey.key != nil && !errors.Is(err, errLeaseKeyShort) {
-		e.leaseKey.readAt = e.now().Add(leaseKeyReread - leaseKeyRefresh)
-		return e.leaseKey.key, nil
+	key, err := cl.loadLeaseKeyLocked(ctx)
+	if err != nil && cl.key.key != nil && !errors.Is(err, errLeaseKeyShort) {
+		cl.key.readAt = e.now().Add(leaseKeyReread - leaseKeyRefresh)
+		return cl.key.key, nil
 	}
 	return key, err
 }
@@ -118,7 +120,7 @@ func leaseMAC(key, data []byte) []byte {
 // Sign returns the MAC of a lease string's contents under the fleet's
 // lease key. It fails when the key cannot be read from Redis.
 func (cl *ClientLeases) Sign(ctx context.Context, data []byte) ([]byte, error) {
-	key, err := cl.e.currentLeaseKey(ctx)
+	key, err := cl.currentLeaseKey(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sign lease: %w", err)
 	}
@@ -130,21 +132,21 @@ func (cl *ClientLeases) Sign(ctx context.Context, data []byte) ([]byte, error) {
 // verify it, the key is read again (at most once per leaseKeyReread), so
 // that a key another instance created after a rotation is picked up.
 func (cl *ClientLeases) Verify(ctx context.Context, data, mac []byte) error {
-	key, err := cl.e.currentLeaseKey(ctx)
+	key, err := cl.currentLeaseKey(ctx)
 	if err != nil {
 		return fmt.Errorf("verify lease: %w", err)
 	}
 	if hmac.Equal(mac, leaseMAC(key, data)) {
 		return nil
 	}
-	cl.e.leaseKey.mu.Lock()
-	defer cl.e.leaseKey.mu.Unlock()
-	if cl.e.now().Sub(cl.e.leaseKey.readAt) >= leaseKeyReread {
-		if key, err = cl.e.loadLeaseKeyLocked(ctx); err != nil {
+	cl.key.mu.Lock()
+	defer cl.key.mu.Unlock()
+	if cl.e.now().Sub(cl.key.readAt) >= leaseKeyReread {
+		if key, err = cl.loadLeaseKeyLocked(ctx); err != nil {
 			return fmt.Errorf("verify lease: %w", err)
 		}
 	} else {
-		key = cl.e.leaseKey.key // another call may have read it meanwhile
+		key = cl.key.key // another call may have read it meanwhile
 	}
 	if hmac.Equal(mac, leaseMAC(key, data)) {
 		return nil

@@ -48,7 +48,7 @@ func TestLeaseMACSharedByTheFleet(t *testing.T) {
 	if err := b.ClientLeases().Verify(ctx, data, mac); err != nil {
 		t.Fatalf("another instance refuses the lease: %v", err)
 	}
-	key, err := srv.Client().Get(ctx, a.ClientLeases().KeyName()).Bytes()
+	key, err := srv.Client().Get(ctx, host.LeaseKeyName(a)).Bytes()
 	if err != nil || len(key) != host.LeaseKeyBytes {
 		t.Fatalf("lease key in Redis: %d bytes, %v; want %d", len(key), err, host.LeaseKeyBytes)
 	}
@@ -80,7 +80,7 @@ func TestLeaseKeyRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Client().Del(ctx, a.ClientLeases().KeyName()).Err(); err != nil {
+	if err := srv.Client().Del(ctx, host.LeaseKeyName(a)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	b := newClockedEngine(t, srv, clk) // starts after the rotation
@@ -106,7 +106,7 @@ func TestLeaseKeyRotation(t *testing.T) {
 		t.Fatalf("after picking up the new key, a still takes the old one's lease: %v", err)
 	}
 	// Replaced in place (SET): signing picks it up within the refresh.
-	if err := srv.Client().Set(ctx, a.ClientLeases().KeyName(), "0123456789abcdef0123456789abcdef", 0).Err(); err != nil {
+	if err := srv.Client().Set(ctx, host.LeaseKeyName(a), "0123456789abcdef0123456789abcdef", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	clk.add(10 * time.Second)
@@ -119,7 +119,7 @@ func TestLeaseKeyRotation(t *testing.T) {
 		t.Fatalf("b refuses a's lease signed with the replaced key: %v", err)
 	}
 	// A key too short to be one is refused, not used.
-	if err := srv.Client().Set(ctx, a.ClientLeases().KeyName(), "short", 0).Err(); err != nil {
+	if err := srv.Client().Set(ctx, host.LeaseKeyName(a), "short", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	clk.add(10 * time.Second)

@@ -54,8 +54,8 @@ func ValidLeaseID(id string) bool {
 	return true
 }
 
-// LeaseReturnedKey is the Redis key that marks the lease id returned.
-func (cl *ClientLeases) ReturnedKey(id string) string {
+// returnedKey is the Redis key that marks the lease id returned.
+func (cl *ClientLeases) returnedKey(id string) string {
 	return cl.e.cap.Prefix() + ":_lease-returned:" + id
 }
 
@@ -66,7 +66,8 @@ func (cl *ClientLeases) ReturnedKey(id string) string {
 // credited the first time); err when the pipeline failed as a whole. A
 // mark whose command failed answers that command's error: whether it was
 // set is unknown, so that lease gives nothing back.
-func (e *Engine) markReturned(ctx context.Context, start time.Time, rets []*LeaseReturn, claims []int) (first []error, err error) {
+func (cl *ClientLeases) markReturned(ctx context.Context, start time.Time, rets []*LeaseReturn, claims []int) (first []error, err error) {
+	e := cl.e
 	ctx, cancel := context.WithDeadline(ctx, newBudget(ctx, start, e.timeout).deadline)
 	defer cancel()
 	cmds := make([]*redis.BoolCmd, len(claims))
@@ -74,7 +75,7 @@ func (e *Engine) markReturned(ctx context.Context, start time.Time, rets []*Leas
 		for k, i := range claims {
 			ret := rets[i]
 			ttl := max(ret.Deadline.Sub(start), 0) + LeaseReturnedTTL
-			cmds[k] = p.SetNX(ctx, e.clientLeases.ReturnedKey(ret.ID), 1, ttl)
+			cmds[k] = p.SetNX(ctx, cl.returnedKey(ret.ID), 1, ttl)
 		}
 		return nil
 	})

@@ -45,6 +45,8 @@ const (
 	// for, the least grant is what every rule keeps (the rest is refunded),
 	// a rule that grants nothing ends it, and a plugin that fails ends it
 	// with its error and a refund of everything, never a degraded grant.
+	// The caller leaves exempt rules out: they count nothing and bound no
+	// lease.
 	leaseMode
 )
 
@@ -91,7 +93,7 @@ func decideRules(ctx context.Context, d ruleDecider, b budget, mode loopMode, se
 			if !rr.Allowed {
 				rr.Granted = 0
 			}
-			if rr.Shadow || rr.Exempt || rr.Granted >= want {
+			if rr.Shadow || rr.Granted >= want {
 				continue
 			}
 			want = rr.Granted

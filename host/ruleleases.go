@@ -250,7 +250,9 @@ func (e *Engine) returnIdleRuleLeases(ctx context.Context) {
 				// The refund must be done ReturnSlack before the lease
 				// ends (a budget is on the wall clock; e.now may not be).
 				b := budget{deadline: time.Now().Add(l.expires.Sub(now) - ReturnSlack)}
-				e.giveBack(ctx, b, l.plugin, l.sel, l.permits)
+				// Permits taken out are given back even when Run is
+				// stopped meanwhile: the budget bounds the call.
+				e.giveBack(context.WithoutCancel(ctx), b, l.plugin, l.sel, l.permits)
 			}
 		}
 	}

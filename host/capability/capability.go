@@ -575,10 +575,14 @@ func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, sc
 	ctx, cancel, callers := p.cap.bound(ctx, start, deadline, cb)
 	defer cancel()
 	if err := ctx.Err(); err != nil {
-		// The caller's time is spent: Redis was not asked.
+		// The caller's time is spent, or it hung up: Redis was not asked.
+		// Only the first is an error of the call's to count: a hang-up is
+		// the client's doing.
 		br.record(false, probe)
 		err := &Error{Class: ClassTimeout, Plugin: p.name, Script: script, Err: err}
-		p.cap.observe(p.name, script, br.node, 0, err)
+		if !errors.Is(err, context.Canceled) {
+			p.cap.observe(p.name, script, br.node, 0, err)
+		}
 		return sdk.Reply{}, err
 	}
 	cb.running = running{plugin: p.name, script: script, node: br.node, start: start}

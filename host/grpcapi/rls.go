@@ -108,9 +108,7 @@ type Checker interface {
 // passed to grpc.NewServer.
 func NewServer(c Checker, h *Health, log *slog.Logger, o ServiceOptions, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(opts...)
-	svc := NewRateLimitService(c, log)
-	svc.refuseRefunds = o.RefuseRefunds
-	rlsv3.RegisterRateLimitServiceServer(s, svc)
+	rlsv3.RegisterRateLimitServiceServer(s, NewRateLimitService(c, log, o))
 	healthpb.RegisterHealthServer(s, h)
 	return s
 }
@@ -123,11 +121,6 @@ type ServiceOptions struct {
 	RefuseRefunds bool
 }
 
-// Register adds the rate limit service to s.
-func Register(s grpc.ServiceRegistrar, c Checker, log *slog.Logger) {
-	rlsv3.RegisterRateLimitServiceServer(s, NewRateLimitService(c, log))
-}
-
 // RateLimitService implements Envoy's RateLimitService on a Checker.
 type RateLimitService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
@@ -136,13 +129,13 @@ type RateLimitService struct {
 	refuseRefunds bool
 }
 
-// NewRateLimitService returns the service, for callers that register it
-// themselves.
-func NewRateLimitService(c Checker, log *slog.Logger) *RateLimitService {
+// NewRateLimitService returns the service, tuned by o, for callers that
+// register it themselves.
+func NewRateLimitService(c Checker, log *slog.Logger, o ServiceOptions) *RateLimitService {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &RateLimitService{check: c, log: log}
+	return &RateLimitService{check: c, log: log, refuseRefunds: o.RefuseRefunds}
 }
 
 // ShouldRateLimit decides every descriptor of the request.
@@ -152,9 +145,11 @@ func (s *RateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		s.log.Debug("invalid rate limit request", "domain", req.GetDomain(), "err", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	for i, r := range reqs {
-		if r.Hits < 0 && s.refuseRefunds {
-			return nil, status.Errorf(codes.PermissionDenied, "descriptors[%d]: refunds (is_negative_hits) are refused (--client-refunds)", i)
+	if s.refuseRefunds {
+		for i, r := range reqs {
+			if r.Hits < 0 {
+				return nil, status.Errorf(codes.PermissionDenied, "descriptors[%d]: refunds (is_negative_hits) are refused (--client-refunds)", i)
+			}
 		}
 	}
 	results := s.check.CheckEach(ctx, reqs)

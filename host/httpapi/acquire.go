@@ -31,10 +31,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, newBadRequest("invalid_field", "timeout_ms: must be between 0 and %d, got %d", MaxAcquireWait.Milliseconds(), body.TimeoutMS))
 		return
 	}
-	req, e := body.toRequest()
-	if e == nil && req.Hits < 0 {
-		e = s.refundRefused(r, "hits")
-	}
+	req, e := s.checkRequest(r, &body.checkBody)
 	if e != nil {
 		writeError(w, e)
 		return

@@ -31,10 +31,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	reqs := make([]*host.CheckRequest, len(body.Checks))
 	for i := range body.Checks {
-		req, e := body.Checks[i].toRequest()
-		if e == nil && req.Hits < 0 {
-			e = s.refundRefused(r, "hits")
-		}
+		req, e := s.checkRequest(r, &body.Checks[i])
 		if e != nil {
 			e.Message = fmt.Sprintf("checks[%d].%s", i, e.Message)
 			writeError(w, e)

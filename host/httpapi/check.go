@@ -41,16 +41,6 @@ type requestBody struct {
 	Query   map[string]string `json:"query"`
 }
 
-// decodeCheck reads and validates a check body. Every failure is a 400 with
-// a code and a message that names the problem.
-func decodeCheck(w http.ResponseWriter, r *http.Request) (*host.CheckRequest, *Error) {
-	var b checkBody
-	if e := decodeJSON(w, r, &b); e != nil {
-		return nil, e
-	}
-	return b.toRequest()
-}
-
 // bodyBuffers hold request bodies while they are decoded: a check's body is
 // read whole, then decoded, and its buffer serves the next request.
 var bodyBuffers = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 2048)) }}
@@ -201,6 +191,16 @@ func goKindName(t reflect.Type) string {
 	default:
 		return t.Kind().String()
 	}
+}
+
+// checkRequest is b's request, validated, with the refund policy applied
+// to negative hits: every endpoint that takes a check body asks it.
+func (s *Server) checkRequest(r *http.Request, b *checkBody) (*host.CheckRequest, *Error) {
+	req, e := b.toRequest()
+	if e == nil && req.Hits < 0 {
+		e = s.refundRefused(r, "hits")
+	}
+	return req, e
 }
 
 // toRequest validates a body decoded by decodeJSON and makes it a request.

@@ -124,3 +124,14 @@ func sameAfterRoundTrip(t *testing.T, body string) {
 		t.Fatalf("%q decodes to %+v; written as %s it decodes to %+v (%v)", body, req, again, req2, e)
 	}
 }
+
+// decodeCheck reads and validates a check body as /v1/check does (a zero
+// Server allows refunds). Every failure is a 400 with a code and a message
+// that names the problem.
+func decodeCheck(w http.ResponseWriter, r *http.Request) (*host.CheckRequest, *Error) {
+	var b checkBody
+	if e := decodeJSON(w, r, &b); e != nil {
+		return nil, e
+	}
+	return (&Server{}).checkRequest(r, &b)
+}

@@ -126,9 +126,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
-	req, apiErr := decodeCheck(w, r)
-	if apiErr == nil && req.Hits < 0 {
-		apiErr = s.refundRefused(r, "hits")
+	var body checkBody
+	apiErr := decodeJSON(w, r, &body)
+	var req *host.CheckRequest
+	if apiErr == nil {
+		req, apiErr = s.checkRequest(r, &body)
 	}
 	if apiErr != nil {
 		writeError(w, apiErr)
