@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -132,11 +133,7 @@ func TestReloadUnderLoad(t *testing.T) {
 
 func TestWatchReloadsOnFileReplace(t *testing.T) {
 	e, dir, path := servingRules(t, "rules.yaml", true)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	reloads := make(chan error, 10)
-	go func() { _ = host.WatchRules(ctx, e, dir, func(_ int, err error) { reloads <- err }) }()
-	time.Sleep(100 * time.Millisecond) // let the watch start
+	reloads := watcher(t, e, dir)
 	waitReload := func(want string) {
 		t.Helper()
 		select {
@@ -193,8 +190,46 @@ func watcher(t *testing.T, e *host.Engine, path string) <-chan error {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	time.Sleep(100 * time.Millisecond) // let the watch start
+	// A change made before the watcher's first scan would be what it
+	// compares with, and never reload: wait until it waits for events.
+	for deadline := time.Now().Add(10 * time.Second); !watchLoopWaiting(); time.Sleep(5 * time.Millisecond) {
+		select {
+		case <-done:
+			t.Fatal("WatchRules returned at start")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("WatchRules did not wait for events within 10s of starting")
+		}
+	}
 	return reloads
+}
+
+// watchLoopWaiting reports whether the goroutine that watcher started
+// waits in WatchRules' event loop, the one select of WatchRules: it has
+// made its first scan, so that later changes are compared with what was
+// there before them. (The watcher offers no other sign that does not
+// change what it watches; a test has one watcher at a time.)
+func watchLoopWaiting() bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		// "goroutine 42 [select]:" or "[select, 2 minutes]:", then the
+		// innermost frame, the function that selects.
+		head, frames, _ := strings.Cut(g, "\n")
+		if strings.Contains(head, " [select") && strings.HasPrefix(frames, "github.com/ruled-dev/ruled/host.WatchRules(") &&
+			strings.Contains(frames, "\ncreated by github.com/ruled-dev/ruled/host_test.watcher") {
+			return true
+		}
+	}
+	return false
 }
 
 // expectReload waits for one reload and returns its error.
@@ -429,10 +464,13 @@ func TestLogRuleErrors(t *testing.T) {
 func TestWatchSurvivesAFIFO(t *testing.T) {
 	e, dir, path := servingRules(t, "a.yaml", true)
 	reloads := watcher(t, e, dir)
-	if err := os.Remove(path); err != nil {
+	// Made under a name that is no rule file's and renamed over the rule
+	// file: the watcher never sees the rule file missing.
+	fifo := filepath.Join(dir, "a.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
+	if err := os.Rename(fifo, path); err != nil {
 		t.Fatal(err)
 	}
 	select {

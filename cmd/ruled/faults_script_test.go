@@ -39,7 +39,7 @@ func faultyRules(t *testing.T) string {
     config: {mode: %[2]s}
 `, name, map[string]string{"spin": "spin", "writespin": "writespin", "huge": "huge", "fine": "ok"}[name])
 	}
-	return "plugins:\n  faulty: {wasm: " + faultyPath + "}\n" + faultRules + rule("spin") + rule("writespin") + rule("huge") + rule("fine")
+	return "plugins:\n  faulty: {wasm: " + faultyPath + "}\n" + faultRules() + rule("spin") + rule("writespin") + rule("huge") + rule("fine")
 }
 
 // TestFaultSpinningScript: a plugin's script loops in the managed Redis
@@ -171,7 +171,7 @@ func TestFaultOOM(t *testing.T) {
 func TestFaultRedisLateAtStart(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
-	d := spawnDaemon(t, faultRules, "--redis", srv.URL())
+	d := spawnDaemon(t, faultRules(), "--redis", srv.URL())
 	d.readyIs(503, 3*time.Second)
 	d.degradedNow("without Redis", "")
 	srv.Restart()

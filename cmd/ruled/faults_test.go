@@ -65,22 +65,37 @@ func buildRuled(t *testing.T) string {
 	return ruledBin
 }
 
-// faultRules are the rule files of the matrix: a fixed window of 3 per
+// faultRules is the rule file of the matrix: a fixed window of 3 per
 // minute on path /open (default on_error: allow) and on /closed
-// (on_error: deny), each per client IP.
-const faultRules = `rules:
+// (on_error: deny), each per client IP. Its windows are moved (offset) so
+// that the next one begins half a minute after the call: the checks of a
+// test made soon after it (checkLimits' four, a used-up subject asked
+// again) fall in one window.
+func faultRules() string {
+	offset := halfWindowOffset(time.Minute)
+	return fmt.Sprintf(`rules:
   - name: open
     when: request.path == "/open"
     subject: request.ip
     plugin: fixedwindow
-    config: {limit: 3, window: 1m}
+    config: {limit: 3, window: 1m, offset: %[1]s}
   - name: closed
     when: request.path == "/closed"
     subject: request.ip
     plugin: fixedwindow
-    config: {limit: 3, window: 1m}
+    config: {limit: 3, window: 1m, offset: %[1]s}
     on_error: deny
-`
+`, offset)
+}
+
+// halfWindowOffset is the fixedwindow offset (0 <= offset < window) for
+// windows of window that puts the next window boundary about half a
+// window from now. A window starts at Redis time minus fmod(now - offset,
+// window), and the Redis of these tests runs on this machine's clock.
+func halfWindowOffset(window time.Duration) string {
+	now, w := time.Now().UnixMilli(), window.Milliseconds()
+	return fmt.Sprintf("%dms", (now+w/2)%w)
+}
 
 // daemon is one ruled process under test.
 type daemon struct {
@@ -92,11 +107,11 @@ type daemon struct {
 	exited  chan struct{}
 }
 
-// startDaemon starts the binary with `serve --rules <faultRules>` on a free
+// startDaemon starts the binary with `serve --rules <faultRules()>` on a free
 // port plus args, and waits until /readyz answers 200.
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	d := spawnDaemon(t, faultRules, args...)
+	d := spawnDaemon(t, faultRules(), args...)
 	d.waitReady(15 * time.Second)
 	return d
 }

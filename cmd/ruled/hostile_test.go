@@ -200,7 +200,7 @@ func TestHostileRuleTestFileIsRefusedCheaply(t *testing.T) {
 // old rules keep deciding and the daemon's memory stays bounded.
 func TestServedRuleFileOverwrittenByABomb(t *testing.T) {
 	dir := t.TempDir()
-	path := writeFile(t, dir, "rules.yaml", faultRules)
+	path := writeFile(t, dir, "rules.yaml", faultRules())
 	d := spawnDaemonAt(t, path)
 	d.waitReady(15 * time.Second)
 	if err := os.WriteFile(path, []byte(bombRules("*l23")), 0o644); err != nil {

@@ -25,6 +25,7 @@ func TestHandshakeFloodIsRateLimited(t *testing.T) {
 	d := startTLSDaemon(t, ca, []tls.Certificate{clients.Client(t, "c").TLS(t)}, nil,
 		"--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", caFile)
 	cfg := clientTLS(ca) // no client certificate
+	flood := time.Now()
 	refused := 0
 	for range 500 {
 		conn, err := tls.Dial("tcp", d.httpAddr, cfg)
@@ -51,8 +52,12 @@ func TestHandshakeFloodIsRateLimited(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(time.Since(start) + 100*time.Millisecond)
-	if n := strings.Count(d.log.String(), "TLS handshake error"); n != 1 {
-		t.Errorf("%d handshake error lines for 500 refusals, want 1:\n%s", n, tail(d.log.String(), 10))
+	// One line of the kind every 10 s (serve.go): a flood that took longer
+	// than that on a busy machine may log one more per 10 s it took.
+	n := strings.Count(d.log.String(), "TLS handshake error")
+	took := time.Since(flood)
+	if most := 1 + int(took/(10*time.Second)); n < 1 || n > most {
+		t.Errorf("%d handshake error lines for 500 refusals over %v, want 1 (one per 10 s the flood took: at most %d):\n%s", n, took.Round(time.Millisecond), most, tail(d.log.String(), 10))
 	}
 }
 

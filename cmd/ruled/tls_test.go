@@ -125,6 +125,16 @@ func (d *tlsDaemon) lastLine(msg string) string {
 	return ""
 }
 
+// waitLastLine waits up to within for a log line that holds msg and
+// returns the last one; "" when none came.
+func (d *tlsDaemon) waitLastLine(msg string, within time.Duration) string {
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		if line := d.lastLine(msg); line != "" || time.Now().After(deadline) {
+			return line
+		}
+	}
+}
+
 // logGrows reports whether, within a second, the log holds more than
 // before lines with msg.
 func (d *tlsDaemon) logGrows(msg string, before int) bool {

@@ -120,7 +120,9 @@ func TestTLSWarnsBeforeExpiry(t *testing.T) {
 	soon := ca.ServerValid(t, time.Now().Add(-time.Hour), time.Now().Add(3*24*time.Hour))
 	soon.Write(t, dir, "server")
 	d.hup("TLS certificate reloaded")
-	line := d.lastLine(warning)
+	// The warning is a line of its own, written after "reloaded": wait for
+	// it (none was logged before the reload, so any is the reload's).
+	line := d.waitLastLine(warning, 10*time.Second)
 	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, certFile) {
 		t.Errorf("no expiry warning naming %s in the log after the reload:\n%s", certFile, tail(d.log.String(), 10))
 	}
@@ -198,7 +200,7 @@ func TestSIGHUPWithABlockedReadLeavesSignalsWorking(t *testing.T) {
 		blockThenTerm(t, d.daemon, certFile)
 	})
 	t.Run("rule file", func(t *testing.T) {
-		rules := writeFile(t, t.TempDir(), "rules.yaml", faultRules)
+		rules := writeFile(t, t.TempDir(), "rules.yaml", faultRules())
 		d := spawnDaemonAt(t, rules, "--watch=false")
 		d.waitReady(15 * time.Second)
 		blockThenTerm(t, d, rules)

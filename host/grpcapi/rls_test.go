@@ -32,18 +32,32 @@ import (
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-const testRules = `rules:
+// testRules are the fixture's rules. Their windows are moved (offset) so
+// that the next of each begins half a window after the call: the calls of
+// a test made soon after it fall in one window.
+func testRules() string {
+	return fmt.Sprintf(`rules:
   - name: per-user
     when: attrs["domain"] == "edge" && attrs["user"] != ""
     subject: attrs["user"]
     plugin: fixedwindow
-    config: {limit: 3, window: 1m}
+    config: {limit: 3, window: 1m, offset: %s}
   - name: per-ip
     when: request.ip != ""
     subject: request.ip
     plugin: fixedwindow
-    config: {limit: 2, window: 10s}
-`
+    config: {limit: 2, window: 10s, offset: %s}
+`, halfWindowOffset(time.Minute), halfWindowOffset(10*time.Second))
+}
+
+// halfWindowOffset is the fixedwindow offset (0 <= offset < window) for
+// windows of window that puts the next window boundary about half a
+// window from now. A window starts at Redis time minus fmod(now - offset,
+// window), and the Redis of these tests runs on this machine's clock.
+func halfWindowOffset(window time.Duration) string {
+	now, w := time.Now().UnixMilli(), window.Milliseconds()
+	return fmt.Sprintf("%dms", (now+w/2)%w)
+}
 
 type fixture struct {
 	redis  *redistest.Server
@@ -61,7 +75,7 @@ func newFixture(t *testing.T) *fixture { return newFixtureTimeout(t, 2*time.Seco
 
 // newFixtureTimeout is newFixture with a Redis call time-out of timeout.
 func newFixtureTimeout(t *testing.T, timeout time.Duration) *fixture {
-	return newFixtureOf(t, timeout, testRules)
+	return newFixtureOf(t, timeout, testRules())
 }
 
 // newFixtureOf is newFixture with a Redis call time-out of timeout and
@@ -472,7 +486,7 @@ func (c *refusingChecker) CheckEach(_ context.Context, reqs []*host.CheckRequest
 // problem.
 func TestBadInputIsInvalidArgument(t *testing.T) {
 	c := &refusingChecker{}
-	svc := grpcapi.NewRateLimitService(c, nil)
+	svc := grpcapi.NewRateLimitService(c, nil, grpcapi.ServiceOptions{})
 	_, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
 		Descriptors: []*rlcommonv3.RateLimitDescriptor{descriptor("user", "good"), descriptor("user", "bad")}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptors[1]") || !strings.Contains(err.Error(), "no lease id") {
