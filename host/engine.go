@@ -69,8 +69,9 @@ type Engine struct {
 	loadPlugin PluginLoader
 	gen        atomic.Pointer[generation]
 
-	loadMu sync.Mutex // serialises Load and Reload; guards loaded
+	loadMu sync.Mutex // serialises loads; guards source and loaded
 	status atomic.Pointer[LoadStatus]
+	source *RuleSource        // of the serving rules
 	loaded map[string]*plugin // third-party plugins in use, by declaration
 
 	obs         Observer

@@ -40,13 +40,40 @@ type PluginLoader func(ctx context.Context, decl rules.PluginDecl) (sdk.Algorith
 // Close.
 const ReadTimeout = 10 * time.Second
 
+// RuleSource is where a load reads its rule files: a path (FileRules), or
+// files made in memory, such as envoy ratelimit configs translated from
+// their files or pushed over xDS. Reload reads the source of the last
+// successful load again.
+type RuleSource struct {
+	// Origin names the source in LoadStatus.Path and in logs: a path, or
+	// "xds://host:port".
+	Origin string
+	// Read parses the rule files (rules.Parse, rules.ParseSources). It
+	// returns a nil Files only when nothing could be read; its error is a
+	// rules.ErrorList with every problem found.
+	Read func(ctx context.Context) (*rules.Files, error)
+}
+
+// FileRules is the rule file at path, or the rule files of the directory
+// at path (rules.Parse).
+func FileRules(path string) RuleSource {
+	return RuleSource{Origin: path, Read: func(context.Context) (*rules.Files, error) { return rules.Parse(path) }}
+}
+
 // Load compiles the rule files at path and, only if they are valid, makes
-// them the serving set. On error the old set keeps serving; the error is a
-// rules.ErrorList with every problem and its position. The files are read
-// within ctx and ReadTimeout, before the engine is locked: a read that
-// never ends is left behind, and later loads and Close do not wait for it.
+// them the serving set: LoadFrom(ctx, FileRules(path)).
 func (e *Engine) Load(ctx context.Context, path string) (*rules.Set, error) {
-	files, perr := parseRules(ctx, path)
+	return e.LoadFrom(ctx, FileRules(path))
+}
+
+// LoadFrom compiles the rule files src reads and, only if they are valid,
+// makes them the serving set. On error the old set keeps serving; the
+// error is a rules.ErrorList with every problem and its position. The
+// files are read within ctx and ReadTimeout, before the engine is locked:
+// a read that never ends is left behind, and later loads and Close do not
+// wait for it.
+func (e *Engine) LoadFrom(ctx context.Context, src RuleSource) (*rules.Set, error) {
+	files, perr := readRules(ctx, src)
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
 	st := *e.status.Load()
@@ -65,16 +92,16 @@ func (e *Engine) Load(ctx context.Context, path string) (*rules.Set, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*e.cap.Timeout())
 	e.returnRuleLeases(ctx)
 	cancel()
-	st = LoadStatus{Path: path, Rules: len(g.set.Rules()), LoadedAt: time.Now(), Loads: st.Loads + 1, Failures: st.Failures}
+	e.source = &src
+	st = LoadStatus{Path: src.Origin, Rules: len(g.set.Rules()), LoadedAt: time.Now(), Loads: st.Loads + 1, Failures: st.Failures}
 	e.status.Store(&st)
 	e.obs.Reload(nil, len(g.set.Rules()))
 	return g.set, nil
 }
 
-// parseRules parses the rule files at path (rules.Parse) within ctx and
-// ReadTimeout. On time-out the read goes on in the background, and its
-// result is dropped.
-func parseRules(ctx context.Context, path string) (*rules.Files, error) {
+// readRules reads src within ctx and ReadTimeout. On time-out the read
+// goes on in the background, and its result is dropped.
+func readRules(ctx context.Context, src RuleSource) (*rules.Files, error) {
 	ctx, cancel := context.WithTimeout(ctx, ReadTimeout)
 	defer cancel()
 	type parsed struct {
@@ -83,14 +110,14 @@ func parseRules(ctx context.Context, path string) (*rules.Files, error) {
 	}
 	done := make(chan parsed, 1)
 	go func() {
-		files, err := rules.Parse(path)
+		files, err := src.Read(ctx)
 		done <- parsed{files, err}
 	}()
 	select {
 	case p := <-done:
 		return p.files, p.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("host: reading the rule files at %s: %w (does a file block on read, a FIFO?)", path, context.Cause(ctx))
+		return nil, fmt.Errorf("host: reading the rule files at %s: %w (does a file block on read, a FIFO?)", src.Origin, context.Cause(ctx))
 	}
 }
 
@@ -253,8 +280,8 @@ func (e *Engine) Close(ctx context.Context) {
 	e.release(e.gen.Load(), &generation{})
 }
 
-// Reload loads the rules again from the path of the last successful Load
-// and returns the number of serving rules. It logs the outcome, naming
+// Reload loads the rules again from the source of the last successful
+// load and returns the number of serving rules. It logs the outcome, naming
 // trigger (what asked for the reload: "SIGHUP", "admin API", "file
 // change").
 func (e *Engine) Reload(ctx context.Context, trigger string) (int, error) {
@@ -265,11 +292,13 @@ func (e *Engine) Reload(ctx context.Context, trigger string) (int, error) {
 
 // reload is Reload without the log line.
 func (e *Engine) reload(ctx context.Context) (int, error) {
-	path := e.status.Load().Path
-	if path == "" {
+	e.loadMu.Lock()
+	src := e.source
+	e.loadMu.Unlock()
+	if src == nil {
 		return 0, errors.New("host: no rules loaded yet")
 	}
-	set, err := e.Load(ctx, path)
+	set, err := e.LoadFrom(ctx, *src)
 	if err != nil {
 		return 0, err
 	}

@@ -489,3 +489,42 @@ func TestWatchSurvivesAFIFO(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLoadFromMemoryAndReload: rule files made in memory load like files,
+// a bad set keeps the old one, and Reload reads the last good source
+// again.
+func TestLoadFromMemoryAndReload(t *testing.T) {
+	e := newEngine(t, redistest.Start(t), ruleSet("v0"), 5*time.Second)
+	var reads atomic.Int32
+	content := ruleSet("pushed")
+	src := host.RuleSource{Origin: "xds://test", Read: func(context.Context) (*rules.Files, error) {
+		reads.Add(1)
+		return rules.ParseSources([]rules.Source{{Name: "xds:test", Content: []byte(content)}})
+	}}
+	if _, err := e.LoadFrom(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Status(); st.Path != "xds://test" || st.Rules != 2 {
+		t.Fatalf("status %+v, want 2 rules from xds://test", st)
+	}
+	if _, ok := e.Rules().Rule("pushed-one"); !ok {
+		t.Fatal("the pushed rules do not serve")
+	}
+	bad := host.RuleSource{Origin: "xds://bad", Read: func(context.Context) (*rules.Files, error) {
+		return rules.ParseSources([]rules.Source{{Name: "xds:bad", Content: []byte(invalidSet)}})
+	}}
+	_, err := e.LoadFrom(context.Background(), bad)
+	if err == nil || !strings.Contains(err.Error(), "xds:bad:7:22: rule \"bad-two\"") {
+		t.Fatalf("loading a bad set: %v, want an error positioned in xds:bad", err)
+	}
+	if _, ok := e.Rules().Rule("pushed-one"); !ok || e.Status().Path != "xds://test" {
+		t.Fatal("a bad set replaced the serving one")
+	}
+	content = ruleSet("again")
+	if _, err := e.Reload(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.Rules().Rule("again-one"); !ok || reads.Load() != 2 {
+		t.Fatalf("Reload did not read the last good source again (%d reads)", reads.Load())
+	}
+}

@@ -146,7 +146,7 @@ func (rw *ruleWatch) scan(ctx context.Context) bool {
 	// declared before.
 	if !rulesSame && readable {
 		rw.plugins = rw.plugins[:0]
-		if files, _ := parseRules(ctx, rw.path); files != nil {
+		if files, _ := readRules(ctx, FileRules(rw.path)); files != nil {
 			for _, d := range files.Plugins() {
 				p, maxSize := PluginFile(d)
 				rw.plugins = append(rw.plugins, pluginRef{p, maxSize})

@@ -81,7 +81,7 @@ func Parse(path string) (*Files, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Files{ruleNames: map[string]Position{}, pluginNames: map[string]Position{}, badPlugins: map[string]badDecl{}}
+	f := newFiles()
 	for _, name := range names {
 		f.parseFile(name)
 	}
@@ -111,6 +111,32 @@ func IsTestFile(name string) bool {
 	return strings.HasSuffix(base, "_test.yaml") || strings.HasSuffix(base, "_test.yml")
 }
 
+// Source is one rule file's text: read from disk, or made in memory (envoy
+// ratelimit configs translated, or pushed over xDS).
+type Source struct {
+	// Name is the file's name as positions report it.
+	Name string
+	// Dir is the absolute directory that relative plugin paths resolve
+	// against; empty for the working directory.
+	Dir string
+	// Content is the file's YAML.
+	Content []byte
+}
+
+// ParseSources is Parse for rule files already in memory, in the order
+// given.
+func ParseSources(srcs []Source) (*Files, error) {
+	f := newFiles()
+	for _, src := range srcs {
+		f.parseSource(src)
+	}
+	return f, f.Err()
+}
+
+func newFiles() *Files {
+	return &Files{ruleNames: map[string]Position{}, pluginNames: map[string]Position{}, badPlugins: map[string]badDecl{}}
+}
+
 func (f *Files) parseFile(name string) {
 	content, err := yamlnode.ReadFile(name)
 	if err != nil {
@@ -122,7 +148,12 @@ func (f *Files) parseFile(name string) {
 		f.errs = append(f.errs, &Error{Pos: Position{File: name}, Code: CodeRead, Message: err.Error()})
 		return
 	}
-	sf := newSrcFile(name, dir, content)
+	f.parseSource(Source{Name: name, Dir: dir, Content: content})
+}
+
+func (f *Files) parseSource(src Source) {
+	sf := newSrcFile(src.Name, src.Dir, src.Content)
+	content := src.Content
 	f.files = append(f.files, sf)
 	p := &parser{Files: f, file: sf}
 

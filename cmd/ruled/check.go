@@ -16,7 +16,7 @@ import (
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/process"
 	"github.com/ruled-dev/ruled/host/wasm"
-	"github.com/ruled-dev/ruled/internal/offline/envoyimport"
+	"github.com/ruled-dev/ruled/internal/envoyconfig"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 	"github.com/ruled-dev/ruled/sdk"
@@ -102,7 +102,7 @@ type reportNote struct {
 // note is a remark on input without errors: what check could not
 // validate, what import approximates. It prints as
 // `file:line:col: note: message`.
-type note = envoyimport.Note
+type note = envoyconfig.Note
 
 func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", stderr)

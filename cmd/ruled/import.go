@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/ruled-dev/ruled/internal/offline/envoyimport"
+	"github.com/ruled-dev/ruled/internal/envoyconfig"
 	"github.com/ruled-dev/ruled/rules"
 )
 
@@ -137,10 +137,10 @@ func importEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) i
 // translateEnvoy reads and translates the envoy config files at path,
 // returning every error at once, as a rules.ErrorList: unreadable files
 // and translation errors.
-func translateEnvoy(path string) ([]envoyimport.File, []envoyimport.Note, error) {
-	srcs, rerr := envoyimport.ReadSources(path)
-	files, notes, terr := envoyimport.Translate(srcs)
-	var more envoyimport.ErrorList
+func translateEnvoy(path string) ([]envoyconfig.File, []envoyconfig.Note, error) {
+	srcs, rerr := envoyconfig.ReadSources(path)
+	files, notes, terr := envoyconfig.Translate(srcs, envoyconfig.Options{})
+	var more envoyconfig.ErrorList
 	errors.As(terr, &more)
 	if err := rules.Merge(rerr, more); err != nil {
 		return nil, nil, err
@@ -148,20 +148,20 @@ func translateEnvoy(path string) ([]envoyimport.File, []envoyimport.Note, error)
 	return files, notes, nil
 }
 
-// writeEnvoy writes the translated files into dir (envoyimport.Write) and
+// writeEnvoy writes the translated files into dir (envoyconfig.Write) and
 // returns the paths of those it put in place, and its error as a
 // rules.ErrorList.
-func writeEnvoy(dir string, files []envoyimport.File, force bool) ([]string, error) {
-	written, err := envoyimport.Write(dir, files, force)
+func writeEnvoy(dir string, files []envoyconfig.File, force bool) ([]string, error) {
+	written, err := envoyconfig.Write(dir, files, force)
 	if err == nil {
 		return written, nil
 	}
-	var e *envoyimport.Error
+	var e *envoyconfig.Error
 	if !errors.As(err, &e) {
-		e = &envoyimport.Error{Code: envoyimport.CodeWrite, Message: err.Error()}
+		e = &envoyconfig.Error{Code: envoyconfig.CodeWrite, Message: err.Error()}
 	}
-	if e.Code == envoyimport.CodeExist {
+	if e.Code == envoyconfig.CodeExist {
 		e.Message += " (--force overwrites)"
 	}
-	return written, envoyimport.ErrorList{e}
+	return written, envoyconfig.ErrorList{e}
 }

@@ -1,4 +1,4 @@
-// Package envoyimport translates envoyproxy/ratelimit config files into
+// Package envoyconfig translates envoyproxy/ratelimit config files into
 // ruled rule files that decide the same (`ruled import envoy`).
 //
 // An envoy ratelimit config file holds one domain and a tree of
@@ -27,7 +27,7 @@
 //
 // The format and the differences from envoy are documented in
 // docs/rules.md, "Importing Envoy ratelimit configs".
-package envoyimport
+package envoyconfig
 
 import (
 	"crypto/sha256"
@@ -85,12 +85,21 @@ var unitDurations = map[string]time.Duration{
 // maxNameLen is the longest rule name ruled takes.
 const maxNameLen = 63
 
+// Options are the choices envoy ratelimit leaves to its settings.
+type Options struct {
+	// MergeDomains merges configs of one domain, as envoy ratelimit's
+	// MERGE_DOMAIN_CONFIG does: the later config's top-level descriptors
+	// join the first's (a descriptor of both is an error). Without it a
+	// domain configured twice is an error.
+	MergeDomains bool
+}
+
 // Translate turns envoy ratelimit config files into rule files, one per
 // domain, in the order of srcs. Every problem is reported at once, as an
 // ErrorList; the notes remark on what has no effect or is approximated.
 // When the error is not nil, the files are nil.
-func Translate(srcs []Source) ([]File, []Note, error) {
-	g, ts := translate(srcs)
+func Translate(srcs []Source, opts Options) ([]File, []Note, error) {
+	g, ts := translate(srcs, opts)
 	if err := g.errs.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -102,7 +111,7 @@ func Translate(srcs []Source) ([]File, []Note, error) {
 }
 
 // translate parses and translates srcs, the errors and notes in g.
-func translate(srcs []Source) (*generator, []*translation) {
+func translate(srcs []Source, opts Options) (*generator, []*translation) {
 	g := &generator{names: map[string]bool{}, fileNames: map[string]bool{}, override: map[string]string{}}
 	var cfgs []*domainConfig
 	domains := map[string]*domainConfig{}
@@ -112,7 +121,10 @@ func translate(srcs []Source) (*generator, []*translation) {
 		if cfg == nil {
 			continue
 		}
-		if first, dup := domains[cfg.domain]; dup {
+		if first, dup := domains[cfg.domain]; dup && opts.MergeDomains {
+			g.errs = append(g.errs, merge(first, cfg)...)
+			continue
+		} else if dup {
 			g.errs = append(g.errs, &Error{Pos: pos(cfg.file, cfg.domainNode), Code: CodeDuplicateDomain,
 				Message: fmt.Sprintf("domain %q is also configured in %s", cfg.domain, pos(first.file, first.domainNode))})
 			continue
@@ -130,6 +142,27 @@ func translate(srcs []Source) (*generator, []*translation) {
 		ts[i] = g.domain(cfg)
 	}
 	return g, ts
+}
+
+// merge adds next's top-level descriptors to those of into, a config of
+// the same domain, as envoy ratelimit does under MERGE_DOMAIN_CONFIG; it
+// returns an error for each descriptor both have.
+func merge(into, next *domainConfig) ErrorList {
+	var errs ErrorList
+	have := map[string]*descriptor{}
+	for _, d := range into.descriptors {
+		have[d.compositeKey()] = d
+	}
+	for _, d := range next.descriptors {
+		if first, dup := have[d.compositeKey()]; dup {
+			errs = append(errs, &Error{Pos: pos(next.file, d.keyNode), Code: CodeDuplicateDescriptor,
+				Message: fmt.Sprintf("descriptor %s of domain %q is also configured in %s", describe(d), next.domain, pos(into.file, first.keyNode))})
+			continue
+		}
+		have[d.compositeKey()] = d
+		into.descriptors = append(into.descriptors, d)
+	}
+	return errs
 }
 
 func pos(file string, n *yaml.Node) Position {

@@ -1,4 +1,4 @@
-package envoyimport
+package envoyconfig
 
 import (
 	"fmt"

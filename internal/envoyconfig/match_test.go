@@ -1,4 +1,4 @@
-package envoyimport
+package envoyconfig
 
 import (
 	"fmt"
@@ -181,7 +181,7 @@ func TestRulesSelectWhatEnvoySelects(t *testing.T) {
 	}
 	for c := range configs {
 		src := randomConfig(r)
-		g, ts := translate([]Source{{Name: "d.yaml", Content: []byte(src)}})
+		g, ts := translate([]Source{{Name: "d.yaml", Content: []byte(src)}}, Options{})
 		if err := g.errs.Err(); err != nil {
 			t.Fatalf("config %d: %v\n%s", c, err, src)
 		}
@@ -296,7 +296,7 @@ descriptors:
           - key: c
             rate_limit: {unit: second, requests_per_unit: 1}
 `
-	files, _, err := Translate([]Source{{Name: "d.yaml", Content: []byte(src)}})
+	files, _, err := Translate([]Source{{Name: "d.yaml", Content: []byte(src)}}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

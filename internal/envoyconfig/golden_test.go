@@ -1,4 +1,4 @@
-package envoyimport
+package envoyconfig
 
 import (
 	"errors"
@@ -65,7 +65,7 @@ func TestTranslateGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			files, notes, err := Translate(srcs)
+			files, notes, err := Translate(srcs, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func TestTranslateErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			files, notes, err := Translate(srcs)
+			files, notes, err := Translate(srcs, Options{})
 			var list ErrorList
 			if !errors.As(err, &list) {
 				t.Fatalf("want an ErrorList, got %v", err)
@@ -132,7 +132,7 @@ func TestTranslateErrors(t *testing.T) {
 // ratelimit configs", is the translate/docs case: its envoy config and its
 // rules (but for the header and the override rule, which it leaves out).
 func TestDocsExample(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "rules.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "rules.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

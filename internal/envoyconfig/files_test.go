@@ -1,4 +1,4 @@
-package envoyimport
+package envoyconfig
 
 import (
 	"errors"
@@ -84,7 +84,7 @@ func TestFileNamesAreNotTestFiles(t *testing.T) {
 	src := func(domain string) Source {
 		return Source{Name: domain + ".yaml", Content: []byte("domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}
 	}
-	files, _, err := Translate([]Source{src("payments_test"), src("payments")})
+	files, _, err := Translate([]Source{src("payments_test"), src("payments")}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
