@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/ruled-dev/ruled/host/grpcapi"
 )
@@ -24,33 +25,45 @@ const grpcStopTimeout = 10 * time.Second
 type grpcServer struct {
 	srv        *grpc.Server
 	health     *grpcapi.Health
+	service    grpcapi.ServiceOptions
 	stopHealth context.CancelFunc
 	served     chan error
 }
 
-// startGRPC serves Envoy's rate limit service on addr, over TLS with
-// tlsConf when it is not nil, and the gRPC health service, whose services
-// follow ready (grpcapi.Health.Follow); refuseRefunds refuses negative
-// hits. With an empty addr nothing starts.
-func startGRPC(addr string, tlsConf *tls.Config, c grpcapi.Checker, refuseRefunds bool, ready func(context.Context) error, log *slog.Logger) (*grpcServer, error) {
-	if addr == "" {
+// grpcOptions configure the gRPC listener.
+type grpcOptions struct {
+	addr    string      // "" for none
+	tls     *tls.Config // nil for plaintext
+	service grpcapi.ServiceOptions
+	envoy   *envoyServe // envoy ratelimit's connection ages; nil for ruled's
+}
+
+// startGRPC serves Envoy's rate limit service on o.addr and the gRPC
+// health service, whose services follow ready (grpcapi.Health.Follow).
+// With an empty addr nothing starts.
+func startGRPC(o grpcOptions, c grpcapi.Checker, ready func(context.Context) error, log *slog.Logger) (*grpcServer, error) {
+	if o.addr == "" {
 		return &grpcServer{}, nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		return nil, fmt.Errorf("grpc listen on %s: %w", addr, err)
+		return nil, fmt.Errorf("grpc listen on %s: %w", o.addr, err)
 	}
 	var opts []grpc.ServerOption
-	if tlsConf != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	if o.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.tls)))
+	}
+	if o.envoy != nil {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge: o.envoy.grpcMaxAge, MaxConnectionAgeGrace: o.envoy.grpcMaxAgeGrace}))
 	}
 	h := grpcapi.NewHealth(log)
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := grpcapi.NewServer(c, h, log, grpcapi.ServiceOptions{RefuseRefunds: refuseRefunds}, opts...)
-	g := &grpcServer{srv: srv, health: h, stopHealth: cancel, served: make(chan error, 1)}
+	srv := grpcapi.NewServer(c, h, log, o.service, opts...)
+	g := &grpcServer{srv: srv, health: h, service: o.service, stopHealth: cancel, served: make(chan error, 1)}
 	go h.Follow(ctx, ready, grpcapi.DefaultHealthEvery)
 	go func() { g.served <- g.srv.Serve(ln) }()
-	log.Info("ruled serving gRPC (Envoy rate limit service)", "listen", ln.Addr().String(), "tls", tlsConf != nil)
+	log.Info("ruled serving gRPC (Envoy rate limit service)", "listen", ln.Addr().String(), "tls", o.tls != nil)
 	return g, nil
 }
 

@@ -30,7 +30,10 @@ var version = "dev"
 const usage = `ruled decides whether a request may go ahead, for many machines at once.
 
 Usage:
-  ruled serve --rules PATH [flags]                 run the daemon (ruled serve -h lists the flags)
+  ruled serve --rules PATH [flags]                 run the daemon (ruled serve -h lists the flags); instead of
+                                                   --rules: --envoy-configs PATH or --xds-server ADDR
+  ruled envoy-ratelimit                            run as envoy ratelimit, configured by its environment
+                                                   (also when run under the name ratelimit); docs/envoy.md
   ruled check [--start-plugins] [--format F] PATH  validate rule files; exit 1 on error (ruled check -h)
   ruled eval --rules PATH --input F [--format F]   trace which rules match a /v1/check body (no Redis)
   ruled test [--redis URL] [--format F] PATH...     run rule tests (*_test.yaml); exit 1 on failure (ruled test -h)
@@ -52,9 +55,16 @@ func main() {
 	if len(os.Args) > 1 {
 		cmd = os.Args[1]
 	}
-	ctx, stop := onInterrupt(context.Background(), cmd != "serve", os.Stderr)
+	if isEnvoyName(os.Args[0]) { // an image's /bin/ratelimit: envoy ratelimit's contract
+		ctx, stop := onInterrupt(context.Background(), false, os.Stderr)
+		code := envoyRatelimit(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	daemon := cmd == "serve" || cmd == "envoy-ratelimit"
+	ctx, stop := onInterrupt(context.Background(), !daemon, os.Stderr)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	if sig, ok := interruptedBy(ctx); ok && cmd != "serve" {
+	if sig, ok := interruptedBy(ctx); ok && !daemon {
 		code = exitCode(sig)
 	}
 	stop()
@@ -136,6 +146,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
+	case "envoy-ratelimit":
+		return envoyRatelimit(ctx, args[1:], os.LookupEnv, stderr)
 	case "serve":
 		return serve(ctx, args[1:], stdout, stderr)
 	case "check":

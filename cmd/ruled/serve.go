@@ -22,6 +22,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/grpcapi"
 	"github.com/ruled-dev/ruled/host/httpapi"
 	"github.com/ruled-dev/ruled/host/metrics"
 	"github.com/ruled-dev/ruled/host/store"
@@ -51,10 +52,34 @@ type serveConfig struct {
 	tlsKey       string
 	tlsClientCA  string
 	refundsFlag  string
+	envoyConfigs string // envoy ratelimit config files to serve, translated
+	mergeDomains bool
+	xds          xdsConfig
 
 	trustedProxies []netip.Prefix
 	refunds        httpapi.Refunds
+
+	envoy *envoyServe // running as envoy ratelimit; nil for ruled serve
 }
+
+// envoyServe is what serve does differently when it runs as envoy
+// ratelimit (envoymode.go).
+type envoyServe struct {
+	grpcOnlyTLS       bool // the TLS flags apply to the gRPC listener only
+	grpcMaxAge        time.Duration
+	grpcMaxAgeGrace   time.Duration
+	healthNeedsConfig bool // not ready while no rule is loaded
+	noRLSHeaders      bool // no RateLimit headers in RLS answers
+	poolSize          int  // Redis connections per node; 0 for ruled's default
+	statsd            string
+	statsFlush        time.Duration
+	nearLimitRatio    float64
+	prometheusAddr    string
+	prometheusPath    string
+}
+
+// defaultRedisTimeout is --redis-timeout's default.
+const defaultRedisTimeout = capability.DefaultTimeout
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c serveConfig
@@ -80,24 +105,42 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key of --tls-cert (reread on SIGHUP)")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates that chain to it on both listeners (needs --tls-cert; reread on SIGHUP)")
 	fs.StringVar(&c.refundsFlag, "client-refunds", "allow", "which clients may give quota back (negative hits, lease returns): allow (any), admin (HTTP requests with the --admin-token; none over gRPC) or deny (none); docs/operations.md, Trust model")
+	fs.StringVar(&c.envoyConfigs, "envoy-configs", "", "envoy ratelimit config file or directory of *.yaml to serve, translated as ruled import envoy does (instead of --rules)")
+	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "merge envoy ratelimit configs of one domain, from files or xds (envoy ratelimit's MERGE_DOMAIN_CONFIG); without it a domain configured twice is refused")
+	fs.StringVar(&c.xds.server, "xds-server", "", "host:port of an xDS management server whose RateLimitConfig resources to serve (ADS, state of the world; instead of --rules)")
+	fs.StringVar(&c.xds.nodeID, "xds-node-id", "ruled", "the node id this instance gives the xDS server (Envoy Gateway serves envoy-ratelimit)")
+	fs.StringVar(&c.xds.nodeMetadata, "xds-node-metadata", "", "the node's metadata, key=value pairs separated by commas")
+	fs.BoolVar(&c.xds.useTLS, "xds-tls", false, "dial the xDS server over TLS (verified against --xds-tls-ca, else the system's CAs)")
+	fs.StringVar(&c.xds.tlsCA, "xds-tls-ca", "", "PEM CA bundle that signs the xDS server's certificate (implies --xds-tls)")
+	fs.StringVar(&c.xds.tlsCert, "xds-tls-cert", "", "PEM client certificate for mTLS to the xDS server (needs --xds-tls-key; implies --xds-tls)")
+	fs.StringVar(&c.xds.tlsKey, "xds-tls-key", "", "PEM private key of --xds-tls-cert")
+	fs.StringVar(&c.xds.serverName, "xds-tls-server-name", "", "name to verify the xDS server's certificate against (default: the host of --xds-server)")
+	fs.BoolVar(&c.xds.readyUnconfigured, "xds-ready-without-config", false, "report ready before the first config arrives (serving no rules: every request allowed); by default not ready until then")
 	if err := parseWithEnv(fs, args); err != nil {
 		return 2
 	}
-	if c.rules == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "ruled serve: --rules PATH is required (and takes no other arguments)")
+	c.xds.useTLS = c.xds.useTLS || c.xds.tlsCA != "" || c.xds.tlsCert != ""
+	if ruleOrigins(c) != 1 || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "ruled serve: one of --rules PATH, --envoy-configs PATH and --xds-server ADDR is required (and no other arguments)")
 		fs.Usage()
 		return 2
 	}
+	log, err := newLogger(stderr, c.logLevel, c.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
+		return 2
+	}
+	return serveWith(ctx, c, log, stderr)
+}
+
+// serveWith checks c and serves it until ctx ends; it returns the exit
+// code.
+func serveWith(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.Writer) int {
 	if err := checkBuiltinsFlag(c.builtins); err != nil {
 		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
 		return 2
 	}
 	if _, _, err := tlsFiles(c); err != nil {
-		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
-		return 2
-	}
-	log, err := newLogger(stderr, c.logLevel, c.logFormat)
-	if err != nil {
 		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
 		return 2
 	}
@@ -152,9 +195,11 @@ func reportRuleErrors(c serveConfig, log *slog.Logger, stderr io.Writer, err err
 
 func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.Writer) error {
 	// Validate the rules before anything starts: a bad file refuses to serve.
-	if err := prevalidateRules(c.rules); err != nil {
-		reportRuleErrors(c, log, stderr, err)
-		return fmt.Errorf("rules in %s are invalid", c.rules)
+	if c.rules != "" {
+		if err := prevalidateRules(c.rules); err != nil {
+			reportRuleErrors(c, log, stderr, err)
+			return fmt.Errorf("rules in %s are invalid", c.rules)
+		}
 	}
 	// Read the key pair before anything starts: a bad one refuses to serve.
 	certs, err := loadTLS(ctx, c, log)
@@ -177,7 +222,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	defer stopBuiltins() // last: after the engine and the HTTP server stopped
 
-	st, err := store.Open(ctx, store.Options{URL: c.redis, DataDir: c.dataDir, Timeout: c.redisTimeout, Logger: log})
+	sopts := store.Options{URL: c.redis, DataDir: c.dataDir, Timeout: c.redisTimeout, Logger: log}
+	if c.envoy != nil {
+		sopts.PoolSize = c.envoy.poolSize
+	}
+	st, err := store.Open(ctx, sopts)
 	if err != nil {
 		return err
 	}
@@ -207,13 +256,31 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}()
 	m.Bind(engine.Inspect())
 	defer logPlugins(log, engine, c.builtins)()
-	set, err := engine.Load(ctx, c.rules)
-	if err != nil {
-		reportRuleErrors(c, log, stderr, err)
-		return fmt.Errorf("rules in %s are invalid", c.rules)
+	// The rules: files, envoy ratelimit configs, or an xDS server's. Once
+	// loaded, only a valid set replaces them.
+	rulesReady := func() error { return nil }
+	watchPath := c.rules
+	switch {
+	case c.xds.server != "":
+		xctx, stopXDS := context.WithCancel(ctx)
+		defer stopXDS()
+		if rulesReady, err = startXDS(xctx, c.xds, c.mergeDomains, engine, log); err != nil {
+			return err
+		}
+		watchPath = ""
+	default:
+		src := host.FileRules(c.rules)
+		if c.envoyConfigs != "" {
+			src, watchPath = envoyFileRules(c.envoyConfigs, c.mergeDomains), c.envoyConfigs
+		}
+		set, err := engine.LoadFrom(ctx, src)
+		if err != nil {
+			reportRuleErrors(c, log, stderr, err)
+			return fmt.Errorf("rules in %s are invalid", src.Origin)
+		}
+		log.Info("rules loaded", "path", src.Origin, "rules", len(set.Rules()))
 	}
-	log.Info("rules loaded", "path", c.rules, "rules", len(set.Rules()))
-	if err := preloadBuiltins(set); err != nil {
+	if err := preloadBuiltins(engine.Rules()); err != nil {
 		return err
 	}
 	preloadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -248,8 +315,40 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	// the others too), calls have not found Redis unavailable for longer
 	// than the breaker's cooldown with none answered since, and every
 	// plugin can decide. gRPC health follows it.
-	ready := func(context.Context) error { return engine.Inspect().ReadyErr() }
-	srv := httpapi.NewServer(httpapi.New(httpapi.Options{
+	// With rules from an xDS server, ready also waits for its first config
+	// unless told not to.
+	ready := func(context.Context) error {
+		if err := rulesReady(); err != nil {
+			return err
+		}
+		return engine.Inspect().ReadyErr()
+	}
+	if c.envoy != nil && c.envoy.healthNeedsConfig {
+		// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
+		inner := ready
+		ready = func(ctx context.Context) error {
+			if len(engine.Rules().Rules()) == 0 {
+				return errors.New("no rate limit config loaded yet")
+			}
+			return inner(ctx)
+		}
+	}
+	httpTLS := certs
+	grpcTLS := (*tls.Config)(nil)
+	if certs != nil {
+		grpcTLS = certs.ServerConfig("h2")
+		if c.envoy != nil && c.envoy.grpcOnlyTLS {
+			httpTLS = nil // envoy ratelimit's HTTP listener is plaintext: its probes use HTTP
+		}
+	}
+	grpcSrv, err := startGRPC(grpcOptions{addr: c.grpcListen, tls: grpcTLS, envoy: c.envoy,
+		service: grpcapi.ServiceOptions{RefuseRefunds: c.refunds != httpapi.RefundsAllow, OmitHeaders: c.envoy != nil && c.envoy.noRLSHeaders}},
+		engine, ready, log)
+	if err != nil {
+		return err
+	}
+	defer grpcSrv.Stop()
+	var handler http.Handler = httpapi.New(httpapi.Options{
 		Checker:        engine,
 		Ready:          ready,
 		Logger:         log,
@@ -262,38 +361,40 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		UI:             ui.Handler(),
 		Stats:          m.StatusFunc(st.Describe(), ready),
 		LoopbackStatus: c.adminToken == "" && loopbackAddr(ln.Addr()),
-	}))
+	})
+	if c.envoy != nil {
+		handler = envoyHTTP(handler, grpcSrv.health, grpcapi.NewRateLimitService(engine, log, grpcSrv.service), log)
+	}
+	srv := httpapi.NewServer(handler)
 	// net/http's own lines (a failed TLS handshake, a handler's panic) go
 	// to the daemon's log, in its format, one of a kind every 10 s: any
 	// client can set them off.
 	srv.ErrorLog = slog.NewLogLogger(lograte.NewHandler(log.With("component", "http").Handler(), 10*time.Second), slog.LevelWarn)
-	var grpcTLS *tls.Config
-	if certs != nil {
+	if httpTLS != nil {
 		// Both protocols over TLS, and the same ones as net/http's default, so
 		// that ALPN (from the per-handshake configuration) and the server agree.
 		var p http.Protocols
 		p.SetHTTP1(true)
 		p.SetHTTP2(true)
 		srv.Protocols = &p
-		srv.TLSConfig = certs.ServerConfig("h2", "http/1.1")
-		grpcTLS = certs.ServerConfig("h2")
+		srv.TLSConfig = httpTLS.ServerConfig("h2", "http/1.1")
 	}
 	served := make(chan error, 1)
 	go func() {
-		if certs != nil {
+		if httpTLS != nil {
 			served <- srv.ServeTLS(ln, "", "") // the certificate comes from srv.TLSConfig
 			return
 		}
 		served <- srv.Serve(ln)
 	}()
-	log.Info("ruled serving", "listen", ln.Addr().String(), "tls", certs != nil, "version", version)
-	logStatusPage(log, scheme(certs), ln.Addr(), c.adminToken != "")
-	grpcSrv, err := startGRPC(c.grpcListen, grpcTLS, engine, c.refunds != httpapi.RefundsAllow, ready, log)
+	log.Info("ruled serving", "listen", ln.Addr().String(), "tls", httpTLS != nil, "version", version)
+	logStatusPage(log, scheme(httpTLS), ln.Addr(), c.adminToken != "")
+	stopMetrics, err := startEnvoyMetrics(c.envoy, m.Handler(), log)
 	if err != nil {
 		_ = srv.Close()
 		return err
 	}
-	defer grpcSrv.Stop()
+	defer stopMetrics()
 	stopDebug, err := startDebug(c.debugListen, log)
 	if err != nil {
 		_ = srv.Close()
@@ -301,11 +402,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	defer stopDebug()
 
-	if c.watch {
+	if c.watch && watchPath != "" {
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
 		go func() {
-			if err := host.WatchRules(watchCtx, engine, c.rules, nil); err != nil {
+			if err := host.WatchRules(watchCtx, engine, watchPath, nil); err != nil {
 				log.Warn("rule files are not watched; reload with SIGHUP or the admin API", "err", err)
 			}
 		}()

@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -44,8 +45,24 @@ func NewHealth(log *slog.Logger) *Health {
 	return h
 }
 
+// EnvoyRatelimitServiceName is the name envoy ratelimit reports its health
+// under; it follows readiness too, so that a check written for envoy
+// ratelimit reads ruled's.
+const EnvoyRatelimitServiceName = "ratelimit"
+
 // services are the names whose status follows readiness.
-func services() []string { return []string{"", RateLimitServiceName} }
+func services() []string { return []string{"", RateLimitServiceName, EnvoyRatelimitServiceName} }
+
+// ServeHTTP answers envoy ratelimit's GET /healthcheck from the same state
+// as the gRPC health service: 200 "OK" while serving, else 500.
+func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	resp, err := h.Check(r.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		http.Error(w, "NOT_SERVING", http.StatusInternalServerError)
+		return
+	}
+	_, _ = w.Write([]byte("OK"))
+}
 
 // set reports serving for every service.
 func (h *Health) set(serving bool) {

@@ -119,6 +119,10 @@ type ServiceOptions struct {
 	// (PermissionDenied): gRPC has no admin token, so serve
 	// --client-refunds=admin or deny sets it.
 	RefuseRefunds bool
+	// OmitHeaders leaves the RateLimit headers out of the answers
+	// (response_headers_to_add), as envoy ratelimit does unless
+	// LIMIT_RESPONSE_HEADERS_ENABLED.
+	OmitHeaders bool
 }
 
 // RateLimitService implements Envoy's RateLimitService on a Checker.
@@ -127,6 +131,7 @@ type RateLimitService struct {
 	check         Checker
 	log           *slog.Logger
 	refuseRefunds bool
+	omitHeaders   bool
 }
 
 // NewRateLimitService returns the service, tuned by o, for callers that
@@ -135,7 +140,7 @@ func NewRateLimitService(c Checker, log *slog.Logger, o ServiceOptions) *RateLim
 	if log == nil {
 		log = slog.Default()
 	}
-	return &RateLimitService{check: c, log: log, refuseRefunds: o.RefuseRefunds}
+	return &RateLimitService{check: c, log: log, refuseRefunds: o.RefuseRefunds, omitHeaders: o.OmitHeaders}
 }
 
 // ShouldRateLimit decides every descriptor of the request.
@@ -174,7 +179,9 @@ func (s *RateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	resp.ResponseHeadersToAdd = headersToAdd(&all)
+	if !s.omitHeaders {
+		resp.ResponseHeadersToAdd = headersToAdd(&all)
+	}
 	return resp, nil
 }
 
