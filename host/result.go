@@ -65,6 +65,10 @@ type RuleResult struct {
 	cancelled bool // the caller gave up before the plugin decided
 }
 
+// FromDenyCache reports whether the deny cache gave the result, instead
+// of the plugin.
+func (rr *RuleResult) FromDenyCache() bool { return rr.cached }
+
 // ReportsLimit reports whether the result is a limit to tell clients of
 // (RateLimit fields, RLS statuses): an enforcing rule, not shadow, whose
 // plugin reported a limit.

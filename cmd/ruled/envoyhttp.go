@@ -9,7 +9,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ruled-dev/ruled/host/envoystats"
 	"github.com/ruled-dev/ruled/host/grpcapi"
+	"github.com/ruled-dev/ruled/host/metrics"
+	"github.com/ruled-dev/ruled/internal/envoyconfig"
+	"github.com/ruled-dev/ruled/internal/lograte"
 )
 
 // envoyHTTP adds envoy ratelimit's paths to ruled's HTTP API: GET
@@ -48,4 +52,55 @@ func startEnvoyMetrics(e *envoyServe, metrics http.Handler, log *slog.Logger) (s
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// startEnvoyStats starts sending envoy ratelimit's stats to statsd when e
+// asks for it; the sink is nil otherwise. stop sends the last counts.
+func startEnvoyStats(e *envoyServe, log *slog.Logger) (*envoyStats, func(), error) {
+	if e == nil || e.statsd == "" {
+		return nil, func() {}, nil
+	}
+	sink, err := envoystats.New(envoystats.Options{Addr: e.statsd, Flush: e.statsFlush, NearLimitRatio: e.nearLimitRatio,
+		Logger: slog.New(lograte.NewHandler(log.With("component", "statsd").Handler(), 10*time.Second))})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sink.Run(ctx); close(done) }()
+	log.Info("envoy ratelimit stats to statsd", "statsd", e.statsd, "flush", e.statsFlush)
+	return &envoyStats{sink}, func() { cancel(); <-done; _ = sink.Close() }, nil
+}
+
+// envoyStats is the statsd sink of envoy ratelimit's stats; its methods
+// work on a nil one, which sends nothing.
+type envoyStats struct{ sink *envoystats.Sink }
+
+// SetKeysFunc is what a translation of envoy configs is given to.
+func (s *envoyStats) SetKeysFunc() func([]envoyconfig.File) {
+	if s == nil {
+		return nil
+	}
+	return s.sink.SetKeys
+}
+
+// CallObserver is what each RLS call is told to.
+func (s *envoyStats) CallObserver() grpcapi.CallObserver {
+	if s == nil {
+		return nil
+	}
+	return s.sink
+}
+
+// statsObserver is ruled's metrics, with the config loads counted in
+// envoy ratelimit's stats too.
+type statsObserver struct {
+	*metrics.Metrics
+	stats *envoyStats
+}
+
+// Reload implements host.Observer.
+func (o statsObserver) Reload(err error, rules int) {
+	o.Metrics.Reload(err, rules)
+	o.stats.sink.ConfigLoad(err)
 }

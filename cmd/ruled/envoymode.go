@@ -42,9 +42,7 @@ func envoyRatelimit(ctx context.Context, args []string, lookup func(string) (str
 		log.Warn("envoy ratelimit settings that ruled does not support are set and have no effect (docs/envoy.md)", "variables", strings.Join(unsupported, ","))
 	}
 	log.Info("running as envoy ratelimit", "config_type", s.configType, "version", version)
-	if c.envoy.statsd != "" {
-		log.Warn("statsd stats are not sent yet (USE_STATSD)", "statsd", c.envoy.statsd)
-	}
+
 	return serveWith(ctx, c, log, stderr)
 }
 

@@ -244,7 +244,17 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	// ended by restarting it (docs/operations.md, "Script watchdog").
 	capOpts.RestartUnkillable = st.Managed()
 	cap := capability.New(st.Client(), capOpts)
-	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: m,
+	// Envoy ratelimit's stats to statsd, beside ruled's own metrics.
+	stats, stopStats, err := startEnvoyStats(c.envoy, log)
+	if err != nil {
+		return err
+	}
+	defer stopStats() // after the engine and the listeners: the last counts are sent
+	var observer host.Observer = m
+	if stats != nil {
+		observer = statsObserver{m, stats}
+	}
+	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: observer,
 		LoadPlugin: pluginLoader(log, wopts, pools), DecisionTimeout: c.decisionTO})
 	if err != nil {
 		return err
@@ -264,14 +274,14 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	case c.xds.server != "":
 		xctx, stopXDS := context.WithCancel(ctx)
 		defer stopXDS()
-		if rulesReady, err = startXDS(xctx, c.xds, c.mergeDomains, engine, log); err != nil {
+		if rulesReady, err = startXDS(xctx, c.xds, c.mergeDomains, stats.SetKeysFunc(), engine, log); err != nil {
 			return err
 		}
 		watchPath = ""
 	default:
 		src := host.FileRules(c.rules)
 		if c.envoyConfigs != "" {
-			src, watchPath = envoyFileRules(c.envoyConfigs, c.mergeDomains), c.envoyConfigs
+			src, watchPath = envoyFileRules(c.envoyConfigs, c.mergeDomains, stats.SetKeysFunc()), c.envoyConfigs
 		}
 		set, err := engine.LoadFrom(ctx, src)
 		if err != nil {
@@ -342,7 +352,8 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		}
 	}
 	grpcSrv, err := startGRPC(grpcOptions{addr: c.grpcListen, tls: grpcTLS, envoy: c.envoy,
-		service: grpcapi.ServiceOptions{RefuseRefunds: c.refunds != httpapi.RefundsAllow, OmitHeaders: c.envoy != nil && c.envoy.noRLSHeaders}},
+		service: grpcapi.ServiceOptions{RefuseRefunds: c.refunds != httpapi.RefundsAllow, OmitHeaders: c.envoy != nil && c.envoy.noRLSHeaders,
+			Observer: stats.CallObserver()}},
 		engine, ready, log)
 	if err != nil {
 		return err

@@ -82,7 +82,7 @@ func (x xdsConfig) clientTLS() (*tls.Config, error) {
 
 // startXDS follows the management server's configs into engine until ctx
 // ends; the returned function says whether the instance may be ready.
-func startXDS(ctx context.Context, x xdsConfig, merge bool, engine *host.Engine, log *slog.Logger) (func() error, error) {
+func startXDS(ctx context.Context, x xdsConfig, merge bool, onTranslate func([]envoyconfig.File), engine *host.Engine, log *slog.Logger) (func() error, error) {
 	conf, err := x.clientTLS()
 	if err != nil {
 		return nil, err
@@ -93,7 +93,7 @@ func startXDS(ctx context.Context, x xdsConfig, merge bool, engine *host.Engine,
 	}
 	client := xds.New(engine, xds.Options{Server: x.server, TLS: conf, NodeID: x.nodeID, NodeMetadata: md,
 		Headers: x.headers, MaxRecvMsgSize: x.maxMsg, MergeDomains: merge, BackoffInitial: x.backoff,
-		BackoffMax: x.backoffMax, BackoffJitter: x.jitter, Logger: log})
+		BackoffMax: x.backoffMax, BackoffJitter: x.jitter, Logger: log, OnTranslate: onTranslate})
 	go func() {
 		if err := client.Run(ctx); err != nil {
 			log.Error("xds client stopped; the rules loaded last keep serving", "err", err)
@@ -109,8 +109,10 @@ func startXDS(ctx context.Context, x xdsConfig, merge bool, engine *host.Engine,
 }
 
 // envoyFileRules reads envoy ratelimit config files (a file, or a
-// directory's *.yaml) and translates them into rules, on each load.
-func envoyFileRules(path string, merge bool) host.RuleSource {
+// directory's *.yaml) and translates them into rules, on each load; a
+// translation that parses is given to onTranslate (nil: to nobody) before
+// it loads.
+func envoyFileRules(path string, merge bool, onTranslate func([]envoyconfig.File)) host.RuleSource {
 	return host.RuleSource{Origin: path, Read: func(context.Context) (*rules.Files, error) {
 		if names, err := yamlnode.Files(path); err == nil && len(names) == 0 {
 			return rules.ParseSources(nil) // no configs yet: no rules, as envoy ratelimit
@@ -123,6 +125,10 @@ func envoyFileRules(path string, merge bool) host.RuleSource {
 		if err != nil {
 			return nil, err
 		}
-		return rules.ParseSources(envoyconfig.RuleSources(files))
+		parsed, err := rules.ParseSources(envoyconfig.RuleSources(files))
+		if err == nil && onTranslate != nil {
+			onTranslate(files)
+		}
+		return parsed, err
 	}}
 }

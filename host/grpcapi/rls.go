@@ -123,6 +123,16 @@ type ServiceOptions struct {
 	// (response_headers_to_add), as envoy ratelimit does unless
 	// LIMIT_RESPONSE_HEADERS_ENABLED.
 	OmitHeaders bool
+	// Observer, when set, is told of every call.
+	Observer CallObserver
+}
+
+// CallObserver is told of every ShouldRateLimit call: the request, each
+// descriptor's result (nil when the call failed), how long it took and its
+// error. It runs on the call's path: it must be cheap and safe for
+// concurrent use.
+type CallObserver interface {
+	RateLimitCall(req *rlsv3.RateLimitRequest, results []host.Result, took time.Duration, err error)
 }
 
 // RateLimitService implements Envoy's RateLimitService on a Checker.
@@ -132,6 +142,7 @@ type RateLimitService struct {
 	log           *slog.Logger
 	refuseRefunds bool
 	omitHeaders   bool
+	observer      CallObserver
 }
 
 // NewRateLimitService returns the service, tuned by o, for callers that
@@ -140,20 +151,33 @@ func NewRateLimitService(c Checker, log *slog.Logger, o ServiceOptions) *RateLim
 	if log == nil {
 		log = slog.Default()
 	}
-	return &RateLimitService{check: c, log: log, refuseRefunds: o.RefuseRefunds, omitHeaders: o.OmitHeaders}
+	return &RateLimitService{check: c, log: log, refuseRefunds: o.RefuseRefunds, omitHeaders: o.OmitHeaders, observer: o.Observer}
 }
 
 // ShouldRateLimit decides every descriptor of the request.
 func (s *RateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.observer == nil {
+		resp, _, err := s.shouldRateLimit(ctx, req)
+		return resp, err
+	}
+	start := time.Now()
+	resp, results, err := s.shouldRateLimit(ctx, req)
+	s.observer.RateLimitCall(req, results, time.Since(start), err)
+	return resp, err
+}
+
+// shouldRateLimit is ShouldRateLimit, returning the descriptors' results
+// too.
+func (s *RateLimitService) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, []host.Result, error) {
 	reqs, err := checkRequests(req)
 	if err != nil {
 		s.log.Debug("invalid rate limit request", "domain", req.GetDomain(), "err", err)
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if s.refuseRefunds {
 		for i, r := range reqs {
 			if r.Hits < 0 {
-				return nil, status.Errorf(codes.PermissionDenied, "descriptors[%d]: refunds (is_negative_hits) are refused (--client-refunds)", i)
+				return nil, nil, status.Errorf(codes.PermissionDenied, "descriptors[%d]: refunds (is_negative_hits) are refused (--client-refunds)", i)
 			}
 		}
 	}
@@ -166,7 +190,7 @@ func (s *RateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	for i := range results {
 		res := &results[i]
 		if res.BadRequest != nil {
-			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("descriptors[%d]: %v", i, res.BadRequest))
+			return nil, nil, status.Error(codes.InvalidArgument, fmt.Sprintf("descriptors[%d]: %v", i, res.BadRequest))
 		}
 		p, ok := reported(res)
 		resp.Statuses[i] = descriptorStatus(res, p, ok)
@@ -182,7 +206,7 @@ func (s *RateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	if !s.omitHeaders {
 		resp.ResponseHeadersToAdd = headersToAdd(&all)
 	}
-	return resp, nil
+	return resp, results, nil
 }
 
 // checkRequests maps each descriptor to a check (see the package comment).

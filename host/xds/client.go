@@ -66,6 +66,9 @@ type Options struct {
 	// OnUpdate, when set, is told of each update's outcome after it was
 	// ACKed (err nil) or NACKed.
 	OnUpdate func(version string, err error)
+	// OnTranslate, when set, is given each update's translation before it
+	// loads (envoystats.Sink.SetKeys).
+	OnTranslate func(files []envoyconfig.File)
 }
 
 // State is what the client knows of its stream and its configs.
@@ -268,6 +271,9 @@ func (c *Client) apply(ctx context.Context, resp *discoveryv3.DiscoveryResponse)
 	files, _, err := envoyconfig.Translate(srcs, envoyconfig.Options{MergeDomains: c.opts.MergeDomains})
 	if err != nil {
 		return c.refuse(err)
+	}
+	if c.opts.OnTranslate != nil {
+		c.opts.OnTranslate(files)
 	}
 	ruleSrcs := envoyconfig.RuleSources(files)
 	_, err = c.engine.LoadFrom(ctx, host.RuleSource{Origin: c.Origin(), Read: func(context.Context) (*rules.Files, error) {

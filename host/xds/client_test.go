@@ -3,23 +3,14 @@ package xds_test
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ruled-dev/ruled/host"
@@ -28,96 +19,9 @@ import (
 	"github.com/ruled-dev/ruled/host/xds"
 	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 	"github.com/ruled-dev/ruled/internal/testkit/tlstest"
+	"github.com/ruled-dev/ruled/internal/testkit/xdstest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 )
-
-const nodeID = "envoy-ratelimit"
-
-// controlPlane is a go-control-plane snapshot server shaped like Envoy
-// Gateway's rate limit runner: ADS, state of the world, one snapshot for
-// the node envoy-ratelimit.
-type controlPlane struct {
-	cache cache.SnapshotCache
-	addr  string
-	srv   *grpc.Server
-
-	mu    sync.Mutex
-	nacks []string // error details of the requests that refused a response
-	acks  []string // versions the client reported holding
-}
-
-func startControlPlane(t *testing.T, addr string, creds credentials.TransportCredentials) *controlPlane {
-	t.Helper()
-	cp := &controlPlane{cache: cache.NewSnapshotCache(true, cache.IDHash{}, nil)}
-	cp.serve(t, addr, creds)
-	return cp
-}
-
-// serve (re)starts the gRPC server on addr ("127.0.0.1:0" for a free port).
-func (cp *controlPlane) serve(t *testing.T, addr string, creds credentials.TransportCredentials) {
-	t.Helper()
-	cb := server.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discoverygrpc.DiscoveryRequest) error {
-		cp.mu.Lock()
-		defer cp.mu.Unlock()
-		if req.GetNode().GetId() != nodeID {
-			return fmt.Errorf("node %q", req.GetNode().GetId())
-		}
-		if d := req.GetErrorDetail(); d != nil {
-			cp.nacks = append(cp.nacks, d.GetMessage())
-		} else if req.GetResponseNonce() != "" {
-			cp.acks = append(cp.acks, req.GetVersionInfo())
-		}
-		return nil
-	}}
-	var opts []grpc.ServerOption
-	if creds != nil {
-		opts = append(opts, grpc.Creds(creds))
-	}
-	cp.srv = grpc.NewServer(opts...)
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(cp.srv, server.NewServer(context.Background(), cp.cache, cb))
-	var ln net.Listener
-	var err error
-	for range 50 { // the port of a stopped server may take a moment to free
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp.addr = ln.Addr().String()
-	go func() { _ = cp.srv.Serve(ln) }()
-	t.Cleanup(cp.srv.Stop)
-}
-
-func (cp *controlPlane) push(t *testing.T, version string, cfgs ...*rlsconf.RateLimitConfig) {
-	t.Helper()
-	res := make([]types.Resource, len(cfgs))
-	for i, c := range cfgs {
-		res[i] = c
-	}
-	snap, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.cache.SetSnapshot(context.Background(), nodeID, snap); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (cp *controlPlane) seen() (acks, nacks []string) {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	return append([]string(nil), cp.acks...), append([]string(nil), cp.nacks...)
-}
-
-// limit is a config of domain with one descriptor key, limited to n a
-// minute.
-func limit(domain, key string, n uint32) *rlsconf.RateLimitConfig {
-	return &rlsconf.RateLimitConfig{Name: domain, Domain: domain, Descriptors: []*rlsconf.RateLimitDescriptor{
-		{Key: key, RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: n}}}}
-}
 
 func newEngine(t *testing.T) *host.Engine {
 	t.Helper()
@@ -134,7 +38,7 @@ func newEngine(t *testing.T) *host.Engine {
 
 func runClient(t *testing.T, e *host.Engine, opts xds.Options) *xds.Client {
 	t.Helper()
-	opts.NodeID = nodeID
+	opts.NodeID = xdstest.NodeID
 	c := xds.New(e, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -191,26 +95,26 @@ func overLimit(cs []rlsv3.RateLimitResponse_Code) int {
 // it, a refused update is NACKed with its reason while the old rules keep
 // serving, and a restarted server's stream resumes.
 func TestClientFollowsTheServer(t *testing.T) {
-	cp := startControlPlane(t, "127.0.0.1:0", nil)
+	cp := xdstest.Start(t, nil)
 	e := newEngine(t)
-	c := runClient(t, e, xds.Options{Server: cp.addr, BackoffInitial: 50 * time.Millisecond})
+	c := runClient(t, e, xds.Options{Server: cp.Addr, BackoffInitial: 50 * time.Millisecond})
 	if err := c.ReadyErr(); err == nil {
 		t.Fatal("ready before any config")
 	}
 
-	cp.push(t, "1", limit("edge", "user", 2))
+	cp.Push(t, "1", xdstest.Limit("edge", "user", 2))
 	waitFor(t, "version 1", func() bool { return c.State().Version == "1" })
 	if err := c.ReadyErr(); err != nil {
 		t.Fatal(err)
 	}
-	if st := e.Status(); st.Path != "xds://"+cp.addr {
+	if st := e.Status(); st.Path != "xds://"+cp.Addr {
 		t.Fatalf("engine status path %q", st.Path)
 	}
 	if got := overLimit(codes(t, e, "edge", "user", "alice", 3)); got != 1 {
 		t.Fatalf("%d of 3 over the limit of 2, want 1", got)
 	}
 
-	cp.push(t, "2", limit("edge", "user", 5), limit("api", "key", 1))
+	cp.Push(t, "2", xdstest.Limit("edge", "user", 5), xdstest.Limit("api", "key", 1))
 	waitFor(t, "version 2", func() bool { return c.State().Version == "2" })
 	if got := overLimit(codes(t, e, "edge", "user", "bob", 5)); got != 0 {
 		t.Fatalf("%d of 5 over the new limit of 5, want 0", got)
@@ -219,11 +123,11 @@ func TestClientFollowsTheServer(t *testing.T) {
 		t.Fatalf("%d of 2 over the api limit of 1, want 1", got)
 	}
 
-	bad := limit("edge", "user", 1)
+	bad := xdstest.Limit("edge", "user", 1)
 	bad.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
-	cp.push(t, "3", bad)
-	waitFor(t, "the NACK of version 3", func() bool { _, nacks := cp.seen(); return len(nacks) > 0 })
-	_, nacks := cp.seen()
+	cp.Push(t, "3", bad)
+	waitFor(t, "the NACK of version 3", func() bool { _, nacks := cp.Seen(); return len(nacks) > 0 })
+	_, nacks := cp.Seen()
 	if !strings.Contains(nacks[0], "xds:edge:") || !strings.Contains(nacks[0], "rate_limit has no unit") {
 		t.Fatalf("NACK %q: want the resource and the reason", nacks[0])
 	}
@@ -236,15 +140,15 @@ func TestClientFollowsTheServer(t *testing.T) {
 
 	// The server goes away and comes back on the same address with a new
 	// config: the stream resumes and the client loads it.
-	cp.srv.Stop()
+	cp.Stop()
 	waitFor(t, "the stream to end", func() bool { return !c.State().Connected })
-	cp.push(t, "4", limit("edge", "user", 1))
-	cp.serve(t, cp.addr, nil)
+	cp.Push(t, "4", xdstest.Limit("edge", "user", 1))
+	cp.Restart(t)
 	waitFor(t, "version 4 after the restart", func() bool { return c.State().Version == "4" })
 	if got := overLimit(codes(t, e, "edge", "user", "dave", 2)); got != 1 {
 		t.Fatalf("%d of 2 over the limit of 1, want 1", got)
 	}
-	acks, _ := cp.seen()
+	acks, _ := cp.Seen()
 	if acks[len(acks)-1] != "4" {
 		t.Fatalf("last ACK %q, want 4 (all: %v)", acks[len(acks)-1], acks)
 	}
@@ -257,13 +161,13 @@ func TestClientMutualTLS(t *testing.T) {
 	ca := tlstest.NewCA(t, "xds-ca")
 	serverCreds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS(t)},
 		ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert})
-	cp := startControlPlane(t, "127.0.0.1:0", serverCreds)
-	cp.push(t, "1", limit("edge", "user", 2))
+	cp := xdstest.Start(t, serverCreds)
+	cp.Push(t, "1", xdstest.Limit("edge", "user", 2))
 
-	without := runClient(t, newEngine(t), xds.Options{Server: cp.addr, BackoffInitial: 50 * time.Millisecond,
+	without := runClient(t, newEngine(t), xds.Options{Server: cp.Addr, BackoffInitial: 50 * time.Millisecond,
 		TLS: &tls.Config{RootCAs: ca.Pool()}})
 	e := newEngine(t)
-	with := runClient(t, e, xds.Options{Server: cp.addr, BackoffInitial: 50 * time.Millisecond,
+	with := runClient(t, e, xds.Options{Server: cp.Addr, BackoffInitial: 50 * time.Millisecond,
 		TLS: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Client(t, "ratelimit").TLS(t)}}})
 	waitFor(t, "the mTLS client's version 1", func() bool { return with.State().Version == "1" })
 	if got := overLimit(codes(t, e, "edge", "user", "alice", 3)); got != 1 {

@@ -57,6 +57,21 @@ type File struct {
 	Source  string // the Source it was translated from
 	Rules   int    // how many rules it holds
 	Content []byte
+	// Stats names, by rule, the stats envoy ratelimit keeps for the rate
+	// limit the rule stands for (envoystats).
+	Stats map[string]StatKey
+}
+
+// StatKey is how envoy ratelimit names the stats of one rate limit:
+// ratelimit.service.rate_limit.KEY.total_hits and so on.
+type StatKey struct {
+	// Key is the descriptor's path in the config: the domain, then each
+	// level's key, or key_value where the config names a value.
+	Key string
+	// FromRequest is set when the key is made from the request's entries
+	// instead (domain, then key_value for each): a detailed_metric limit,
+	// or the limit override of the domain.
+	FromRequest bool
 }
 
 // The attrs keys that ruled's Envoy rate limit service sets besides the
@@ -192,6 +207,7 @@ type rule struct {
 	detailed bool
 	replaces []string
 	comments []string // above the rule
+	statKey  string   // envoy ratelimit's stats key (envoyPath)
 }
 
 // translation is the translation of one domain.
@@ -218,7 +234,11 @@ func (g *generator) domain(cfg *domainConfig) *translation {
 		name += "-" + shortHash(cfg.domain)
 	}
 	g.fileNames[name] = true
-	t.file = File{Name: name + ".yaml", Domain: cfg.domain, Source: cfg.file, Rules: len(t.rules) + 1, Content: t.render()}
+	stats := map[string]StatKey{g.override[cfg.domain]: {Key: cfg.domain, FromRequest: true}}
+	for _, r := range t.rules {
+		stats[r.name] = StatKey{Key: r.statKey, FromRequest: r.detailed}
+	}
+	t.file = File{Name: name + ".yaml", Domain: cfg.domain, Source: cfg.file, Rules: len(t.rules) + 1, Content: t.render(), Stats: stats}
 	return t
 }
 
@@ -455,7 +475,7 @@ func (t *translation) rule(path []*descriptor, conds []conj) {
 		r.window = unitDurations[rl.unit] * time.Duration(rl.multiplier)
 	}
 	ep := envoyPath(t.cfg.domain, path)
-	r.name = t.g.takeName(ruleName(t.cfg.domain, path), ep)
+	r.name, r.statKey = t.g.takeName(ruleName(t.cfg.domain, path), ep), ep
 	r.comments = append(r.comments, fmt.Sprintf("envoy: %s, %s (%s)", commentText(ep), limitText(rl, d), pos(t.cfg.file, d.keyNode)))
 	if !rl.unlimited && !rl.rpuSet {
 		r.comments = append(r.comments, "requests_per_unit is not given: envoy reads 0, which denies every request")

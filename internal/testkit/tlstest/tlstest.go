@@ -116,6 +116,21 @@ func (ca *CA) ServerValid(t testing.TB, notBefore, notAfter time.Time) Pair {
 	})
 }
 
+// Peer issues a certificate for localhost, 127.0.0.1 and ::1 that serves
+// as both server and client certificate, as Envoy Gateway gives its rate
+// limit service one pair for its gRPC server and its xDS client.
+func (ca *CA) Peer(t testing.TB) Pair {
+	t.Helper()
+	return ca.issue(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "localhost"},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		NotBefore:   time.Now().Add(-time.Hour),
+		NotAfter:    time.Now().Add(24 * time.Hour),
+	})
+}
+
 // Client issues a client certificate named cn.
 func (ca *CA) Client(t testing.TB, cn string) Pair {
 	t.Helper()

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
+	"github.com/ruled-dev/ruled/internal/testkit/tlstest"
+	"github.com/ruled-dev/ruled/internal/testkit/xdstest"
+)
+
+// envFixture reads a KEY=VALUE file (# comments) and applies replace.
+func envFixture(t *testing.T, path string, replace map[string]string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, _ := strings.Cut(line, "=")
+		if r, ok := replace[k]; ok {
+			v = r
+		}
+		seen[k] = true
+		env = append(env, k+"="+v)
+	}
+	for k, v := range replace {
+		if !seen[k] {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// statsdListener collects the statsd lines sent to it.
+type statsdListener struct {
+	pc    net.PacketConn
+	mu    sync.Mutex
+	lines []string
+}
+
+func listenStatsd(t *testing.T) *statsdListener {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.Close() })
+	l := &statsdListener{pc: pc}
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			l.lines = append(l.lines, strings.Split(string(buf[:n]), "\n")...)
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+func (l *statsdListener) has(prefix string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.HasPrefix(line, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// eventually polls cond every 20 ms until it holds, failing after within.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// TestEnvoyGatewayDeployment runs the binary as Envoy Gateway deploys
+// envoy ratelimit: as /bin/ratelimit, with the environment of Envoy
+// Gateway's default deployment (testdata/envoy-gateway/ratelimit.env; only
+// addresses and certificate paths changed), its configs pushed by a
+// go-control-plane snapshot server over ADS with mTLS as Envoy Gateway's
+// runner serves them, asked by a real RLS client over mTLS.
+func TestEnvoyGatewayDeployment(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "ratelimit")
+	if err := os.Symlink(buildRuled(t), bin); err != nil {
+		t.Fatal(err)
+	}
+	ca := tlstest.NewCA(t, "envoy-gateway")
+	crt, key := ca.Peer(t).Write(t, dir, "tls")
+	caFile := ca.WriteCA(t, dir, "ca.crt")
+	cp := xdstest.Start(t, credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS(t)},
+		ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert}))
+	rdb := redistest.Start(t)
+	statsd := listenStatsd(t)
+	httpAddr, grpcAddr, debugAddr := freePort(t), freePort(t), freePort(t)
+	split := func(a string) (string, string) { h, p, _ := net.SplitHostPort(a); return h, p }
+	host, port := split(httpAddr)
+	grpcHost, grpcPort := split(grpcAddr)
+	debugHost, debugPort := split(debugAddr)
+	statsdHost, statsdPort := split(statsd.pc.LocalAddr().String())
+	env := envFixture(t, filepath.Join("testdata", "envoy-gateway", "ratelimit.env"), map[string]string{
+		"CONFIG_GRPC_XDS_SERVER_URL": cp.Addr, "REDIS_URL": rdb.Addr(),
+		"GRPC_SERVER_TLS_CERT": crt, "GRPC_SERVER_TLS_KEY": key, "GRPC_SERVER_TLS_CA_CERT": caFile,
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": crt, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": key, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": caFile,
+		// envoy ratelimit's default listeners are 0.0.0.0:8080, 8081, 6070
+		// and statsd localhost:9125: the same, on loopback and free ports.
+		"HOST": host, "PORT": port, "GRPC_HOST": grpcHost, "GRPC_PORT": grpcPort,
+		"DEBUG_HOST": debugHost, "DEBUG_PORT": debugPort, "STATSD_HOST": statsdHost, "STATSD_PORT": statsdPort,
+	})
+	cmd := exec.Command(bin)
+	cmd.Env = append(env, "PATH="+os.Getenv("PATH"))
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("ratelimit's log:\n%s", tail(logs.String(), 60))
+		}
+	})
+	healthcheck := func() int {
+		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Client(t, "envoy").TLS(t)}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	health := healthpb.NewHealthClient(conn)
+	// limitFor asks once for user and returns the limit that applies, 0
+	// for none, and the answer's code.
+	ask := func(user string) (uint32, rlsv3.RateLimitResponse_Code) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: entriesList("user", user)})
+		if err != nil {
+			return 0, rlsv3.RateLimitResponse_UNKNOWN
+		}
+		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(), resp.GetOverallCode()
+	}
+
+	// FORCE_START_WITHOUT_INITIAL_CONFIG=true: healthy with no config yet,
+	// once Redis answers; then the pushed config serves.
+	eventually(t, 30*time.Second, "/healthcheck 200", func() bool { return healthcheck() == http.StatusOK })
+	cp.Push(t, "1", xdstest.Limit("edge", "user", 2))
+	eventually(t, 10*time.Second, "the limit of 2 from version 1", func() bool { n, _ := ask("probe-1"); return n == 2 })
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if _, code := ask("alice"); code != want {
+			t.Fatalf("alice's request %d (limit 2): %v, want %v", i+1, code, want)
+		}
+	}
+
+	// An update applies within 2 s.
+	cp.Push(t, "2", xdstest.Limit("edge", "user", 5))
+	took := eventually(t, 10*time.Second, "the limit of 5 from version 2", func() bool { n, _ := ask("probe-2"); return n == 5 })
+	if took > 2*time.Second {
+		t.Errorf("version 2 served %s after it was pushed, want within 2s", took)
+	}
+
+	// A bad update is NACKed, with its reason, and the old config serves.
+	bad := xdstest.Limit("edge", "user", 1)
+	bad.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
+	cp.Push(t, "3", bad)
+	eventually(t, 10*time.Second, "the NACK of version 3", func() bool { _, nacks := cp.Seen(); return len(nacks) > 0 })
+	if _, nacks := cp.Seen(); !strings.Contains(nacks[0], "rate_limit has no unit") {
+		t.Errorf("NACK %q lacks the reason", nacks[0])
+	}
+	if n, _ := ask("probe-3"); n != 5 {
+		t.Fatalf("after the refused version 3 the limit is %d, want version 2's 5", n)
+	}
+
+	// The xDS server goes away and comes back: the stream resumes.
+	cp.Stop()
+	cp.Push(t, "4", xdstest.Limit("edge", "user", 3))
+	cp.Restart(t)
+	eventually(t, 60*time.Second, "the limit of 3 after the xDS server's restart", func() bool { n, _ := ask("probe-4"); return n == 3 })
+
+	// envoy ratelimit's stats reach statsd under its names (flushed every
+	// 10 s, envoy ratelimit's default).
+	eventually(t, 30*time.Second, "statsd lines with envoy ratelimit's names", func() bool {
+		return statsd.has("ratelimit.service.rate_limit.edge.user.total_hits:") &&
+			statsd.has("ratelimit.service.rate_limit.edge.user.over_limit:") &&
+			statsd.has("ratelimit_server.ShouldRateLimit.total_requests:") &&
+			statsd.has("ratelimit.service.config_load_success:")
+	})
+
+	// Health is truthful: Redis gone, NOT_SERVING and /healthcheck 500.
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService", "ratelimit"} {
+		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health of %q before the outage: %v %v", svc, resp.GetStatus(), err)
+		}
+	}
+	rdb.Kill()
+	eventually(t, 30*time.Second, "gRPC health NOT_SERVING with Redis gone", func() bool {
+		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	if code := healthcheck(); code != http.StatusInternalServerError {
+		t.Errorf("/healthcheck with Redis gone: %d, want 500", code)
+	}
+	if strings.Contains(logs.String(), "not support") {
+		t.Errorf("Envoy Gateway's environment has variables ruled warns about:\n%s", grepLines(logs.String(), "not support"))
+	}
+}
+
+// entriesList is one descriptor of the key and value.
+func entriesList(key, value string) []*rlcommonv3.RateLimitDescriptor {
+	return []*rlcommonv3.RateLimitDescriptor{entries(key, value)}
+}
