@@ -11,6 +11,8 @@ import (
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/ruled-dev/ruled/internal/testkit/xdstest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -190,7 +192,30 @@ func TestImportedEnvoyConfigServes(t *testing.T) {
 	addr := freePort(t)
 	d := spawnDaemonAt(t, out, "--grpc-listen", addr)
 	d.waitReady(20 * time.Second)
-	c := dialRLS(t, addr)
+	playEnvoyREADME(t, dialRLS(t, addr))
+}
+
+// TestEnvoyConfigsOverXDS: the same configs, pushed by an xDS server to
+// ruled serve --xds-server, decide the same: one translation.
+func TestEnvoyConfigsOverXDS(t *testing.T) {
+	cp := xdstest.Start(t, nil)
+	var cfgs []*rlsconf.RateLimitConfig
+	for name, text := range envoyREADMEConfigs {
+		cfg := xdstest.FromYAML(t, []byte(text))
+		cfg.Name = name
+		cfgs = append(cfgs, cfg)
+	}
+	cp.Push(t, "1", cfgs...)
+	addr := freePort(t)
+	d := spawnServe(t, "--xds-server", cp.Addr, "--xds-node-id", xdstest.NodeID, "--grpc-listen", addr)
+	d.waitReady(20 * time.Second) // ready once the first config is loaded
+	playEnvoyREADME(t, dialRLS(t, addr))
+}
+
+// playEnvoyREADME plays the calls of envoy ratelimit's README on the
+// configs of envoyREADMEConfigs and checks envoy ratelimit's answers.
+func playEnvoyREADME(t *testing.T, c *rlsClient) {
+	t.Helper()
 	call := func(domain string, ds ...*rlcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
 		t.Helper()
 		resp, err := c.call(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})

@@ -127,50 +127,16 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 		ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert}))
 	rdb := redistest.Start(t)
 	statsd := listenStatsd(t)
-	httpAddr, grpcAddr, debugAddr := freePort(t), freePort(t), freePort(t)
-	split := func(a string) (string, string) { h, p, _ := net.SplitHostPort(a); return h, p }
-	host, port := split(httpAddr)
-	grpcHost, grpcPort := split(grpcAddr)
-	debugHost, debugPort := split(debugAddr)
-	statsdHost, statsdPort := split(statsd.pc.LocalAddr().String())
+	statsdHost, statsdPort, _ := net.SplitHostPort(statsd.pc.LocalAddr().String())
 	env := envFixture(t, filepath.Join("testdata", "envoy-gateway", "ratelimit.env"), map[string]string{
 		"CONFIG_GRPC_XDS_SERVER_URL": cp.Addr, "REDIS_URL": rdb.Addr(),
 		"GRPC_SERVER_TLS_CERT": crt, "GRPC_SERVER_TLS_KEY": key, "GRPC_SERVER_TLS_CA_CERT": caFile,
 		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": crt, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": key, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": caFile,
-		// envoy ratelimit's default listeners are 0.0.0.0:8080, 8081, 6070
-		// and statsd localhost:9125: the same, on loopback and free ports.
-		"HOST": host, "PORT": port, "GRPC_HOST": grpcHost, "GRPC_PORT": grpcPort,
-		"DEBUG_HOST": debugHost, "DEBUG_PORT": debugPort, "STATSD_HOST": statsdHost, "STATSD_PORT": statsdPort,
+		"STATSD_HOST": statsdHost, "STATSD_PORT": statsdPort,
 	})
-	cmd := exec.Command(bin)
-	cmd.Env = append(env, "PATH="+os.Getenv("PATH"))
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("ratelimit's log:\n%s", tail(logs.String(), 60))
-		}
-	})
-	healthcheck := func() int {
-		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	rl := startRatelimit(t, bin, env)
+	grpcAddr, logs := rl.grpc, rl.logs
+	healthcheck := rl.healthcheck
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 		RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Client(t, "envoy").TLS(t)}})))
@@ -260,4 +226,97 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 // entriesList is one descriptor of the key and value.
 func entriesList(key, value string) []*rlcommonv3.RateLimitDescriptor {
 	return []*rlcommonv3.RateLimitDescriptor{entries(key, value)}
+}
+
+// ratelimitProc is the binary running as envoy ratelimit.
+type ratelimitProc struct {
+	http, grpc string // listen addresses
+	logs       *lockedBuffer
+}
+
+// startRatelimit runs bin (named ratelimit, or ruled with the argument
+// envoy-ratelimit in args) with env, its listeners (envoy ratelimit's
+// 0.0.0.0:8080, 8081 and 6070 by default) on free loopback ports, until
+// the test ends.
+func startRatelimit(t *testing.T, bin string, env []string, args ...string) *ratelimitProc {
+	t.Helper()
+	p := &ratelimitProc{http: freePort(t), grpc: freePort(t), logs: &lockedBuffer{}}
+	debug := freePort(t)
+	for _, hp := range []struct{ addr, host, port string }{{p.http, "HOST", "PORT"}, {p.grpc, "GRPC_HOST", "GRPC_PORT"}, {debug, "DEBUG_HOST", "DEBUG_PORT"}} {
+		h, port, _ := net.SplitHostPort(hp.addr)
+		env = append(env, hp.host+"="+h, hp.port+"="+port)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(env, "PATH="+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Error("ratelimit did not stop within 15s of SIGINT")
+		}
+		if logs := p.logs.String(); t.Failed() || strings.Contains(logs, "panic") || strings.Contains(logs, "DATA RACE") {
+			t.Errorf("ratelimit's log:\n%s", tail(logs, 60))
+		}
+	})
+	return p
+}
+
+// healthcheck is GET /healthcheck's status, 0 when it does not answer.
+func (p *ratelimitProc) healthcheck() int {
+	resp, err := http.Get("http://" + p.http + "/healthcheck")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestEnvoyRatelimitFileMode: ruled envoy-ratelimit with envoy ratelimit's
+// file settings (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config, as an Istio
+// deployment mounts a ConfigMap) answers the README's scenarios, and
+// follows a change of a config file.
+func TestEnvoyRatelimitFileMode(t *testing.T) {
+	root := t.TempDir()
+	conf := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range envoyREADMEConfigs {
+		writeFile(t, conf, name, text)
+	}
+	writeFile(t, conf, "later.yaml", "domain: later\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 7}\n")
+	rdb := redistest.Start(t)
+	rl := startRatelimit(t, buildRuled(t), []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(), "USE_STATSD=false", "LOG_LEVEL=info"}, "envoy-ratelimit")
+	eventually(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
+	c := dialRLS(t, rl.grpc)
+	playEnvoyREADME(t, c)
+
+	limitOf := func() uint32 {
+		resp, err := c.call(&rlsv3.RateLimitRequest{Domain: "later", Descriptors: entriesList("k", "v")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	if n := limitOf(); n != 7 {
+		t.Fatalf("later's limit %d, want 7", n)
+	}
+	replaceFile(t, filepath.Join(conf, "later.yaml"), "domain: later\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 8}\n")
+	eventually(t, 20*time.Second, "the changed config file served", func() bool { return limitOf() == 8 })
+	// A bad change keeps the config that serves.
+	replaceFile(t, filepath.Join(conf, "later.yaml"), "domain: later\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
+	eventually(t, 20*time.Second, "the refusal logged", func() bool { return strings.Contains(rl.logs.String(), "fortnight") })
+	if n := limitOf(); n != 8 {
+		t.Fatalf("after a bad change the limit is %d, want 8", n)
+	}
 }

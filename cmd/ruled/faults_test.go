@@ -126,6 +126,13 @@ func spawnDaemon(t *testing.T, rulesText string, args ...string) *daemon {
 // spawnDaemonAt is spawnDaemon serving the rule file or directory at rules.
 func spawnDaemonAt(t *testing.T, rules string, args ...string) *daemon {
 	t.Helper()
+	return spawnServe(t, append([]string{"--rules", rules}, args...)...)
+}
+
+// spawnServe starts the binary with `serve` and args (which say where the
+// rules come from) on a free port, and returns once /livez answers.
+func spawnServe(t *testing.T, args ...string) *daemon {
+	t.Helper()
 	bin := buildRuled(t)
 	// A short directory: the managed socket path must fit in sun_path.
 	dataDir, err := os.MkdirTemp("", "rf-")
@@ -138,7 +145,7 @@ func spawnDaemonAt(t *testing.T, rules string, args ...string) *daemon {
 	for attempt := 1; ; attempt++ {
 		addr := freePort(t)
 		d := &daemon{t: t, base: "http://" + addr, dataDir: dataDir, log: &lockedBuffer{}, exited: make(chan struct{})}
-		all := append([]string{"serve", "--rules", rules, "--listen", addr, "--data-dir", dataDir}, args...)
+		all := append([]string{"serve", "--listen", addr, "--data-dir", dataDir}, args...)
 		d.cmd = exec.Command(bin, all...)
 		d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 		d.cmd.Env = os.Environ()

@@ -1,54 +1,14 @@
 package envoyconfig
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/encoding/protojson"
+	"github.com/ruled-dev/ruled/internal/testkit/xdstest"
 )
-
-// asXDS reads an envoy ratelimit config file into the xDS resource with
-// the same content (protojson takes the YAML field names), or reports
-// false when the file uses what the resource cannot say (unit_multiplier,
-// value_to_metric, share_threshold, units past DAY).
-func asXDS(t *testing.T, content []byte) (*rlsconf.RateLimitConfig, bool) {
-	t.Helper()
-	var v any
-	if err := yaml.Unmarshal(content, &v); err != nil {
-		return nil, false // a case of a YAML error
-	}
-	upperUnits(v)
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := &rlsconf.RateLimitConfig{}
-	if err := protojson.Unmarshal(b, res); err != nil {
-		return nil, false
-	}
-	return res, true
-}
-
-func upperUnits(v any) {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, x := range v {
-			if s, ok := x.(string); ok && k == "unit" {
-				v[k] = strings.ToUpper(s)
-			}
-			upperUnits(x)
-		}
-	case []any:
-		for _, x := range v {
-			upperUnits(x)
-		}
-	}
-}
 
 // TestFromXDSTranslatesAsTheFile: every golden envoy config that an xDS
 // resource can carry translates to the same rules from the resource as
@@ -64,9 +24,9 @@ func TestFromXDSTranslatesAsTheFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, ok := asXDS(t, content)
-		if !ok {
-			continue
+		res, err := xdstest.ParseYAML(content)
+		if err != nil {
+			continue // a field a resource cannot carry, or a case of a YAML error
 		}
 		res.Name = filepath.Base(path)
 		fromFile, _, ferr := Translate([]Source{{Name: "xds:" + res.Name, Content: content}}, Options{})

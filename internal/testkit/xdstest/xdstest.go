@@ -6,8 +6,10 @@ package xdstest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,8 +20,10 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // NodeID is the node Envoy Gateway serves the rate limit configs to.
@@ -127,4 +131,51 @@ func (cp *Server) Seen() (acks, nacks []string) {
 func Limit(domain, key string, n uint32) *rlsconf.RateLimitConfig {
 	return &rlsconf.RateLimitConfig{Name: domain, Domain: domain, Descriptors: []*rlsconf.RateLimitDescriptor{
 		{Key: key, RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: n}}}}
+}
+
+// FromYAML reads an envoy ratelimit config file into the RateLimitConfig
+// resource with the same content (protojson takes the YAML's field names;
+// units are upper-cased). It fails the test on a field the resource does
+// not have.
+func FromYAML(t testing.TB, content []byte) *rlsconf.RateLimitConfig {
+	t.Helper()
+	res, err := ParseYAML(content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// ParseYAML is FromYAML returning its error.
+func ParseYAML(content []byte) (*rlsconf.RateLimitConfig, error) {
+	var v any
+	if err := yaml.Unmarshal(content, &v); err != nil {
+		return nil, err
+	}
+	upperUnits(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	res := &rlsconf.RateLimitConfig{}
+	if err := protojson.Unmarshal(b, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func upperUnits(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if s, ok := x.(string); ok && k == "unit" {
+				v[k] = strings.ToUpper(s)
+			}
+			upperUnits(x)
+		}
+	case []any:
+		for _, x := range v {
+			upperUnits(x)
+		}
+	}
 }
