@@ -27,8 +27,9 @@ func debugMux() *http.ServeMux {
 }
 
 // startDebug serves pprof on addr, a listener of its own apart from the
-// API. With an empty addr nothing starts. stop closes the listener.
-func startDebug(addr string, log *slog.Logger) (stop func(), err error) {
+// API, and extra's handlers by path. With an empty addr nothing starts.
+// stop closes the listener.
+func startDebug(addr string, extra map[string]http.Handler, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -40,7 +41,11 @@ func startDebug(addr string, log *slog.Logger) (stop func(), err error) {
 		log.Warn("the debug listener is not on loopback: pprof exposes the process's internals", "listen", ln.Addr().String())
 	}
 	// No write time-out: /debug/pprof/profile streams for ?seconds=N.
-	srv := &http.Server{Handler: debugMux(), ReadHeaderTimeout: 5 * time.Second}
+	mux := debugMux()
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("debug listener stopped", "err", err)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
 	"math"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -205,9 +207,19 @@ func TestEnvoyConfigsOverXDS(t *testing.T) {
 		cfg.Name = name
 		cfgs = append(cfgs, cfg)
 	}
-	cp.Push(t, "1", cfgs...)
 	addr := freePort(t)
 	d := spawnServe(t, "--xds-server", cp.Addr, "--xds-node-id", xdstest.NodeID, "--grpc-listen", addr)
+	// Not ready before the first config, and says why.
+	eventually(t, 20*time.Second, "/readyz: no config from the xds server", func() bool {
+		resp, err := http.Get(d.base + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), "no config loaded from "+cp.Addr)
+	})
+	cp.Push(t, "1", cfgs...)
 	d.waitReady(20 * time.Second) // ready once the first config is loaded
 	playEnvoyREADME(t, dialRLS(t, addr))
 }

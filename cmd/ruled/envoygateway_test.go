@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -158,6 +160,20 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(), resp.GetOverallCode()
 	}
 
+	// The gRPC listener is mTLS: a client without a certificate from the
+	// CA is refused.
+	anon, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool()})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err = rlsv3.NewRateLimitServiceClient(anon).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: entriesList("user", "x")})
+	cancel()
+	if err == nil {
+		t.Fatal("a client without a certificate was answered")
+	}
+
 	// FORCE_START_WITHOUT_INITIAL_CONFIG=true: healthy with no config yet,
 	// once Redis answers; then the pushed config serves.
 	eventually(t, 30*time.Second, "/healthcheck 200", func() bool { return healthcheck() == http.StatusOK })
@@ -230,8 +246,8 @@ func entriesList(key, value string) []*rlcommonv3.RateLimitDescriptor {
 
 // ratelimitProc is the binary running as envoy ratelimit.
 type ratelimitProc struct {
-	http, grpc string // listen addresses
-	logs       *lockedBuffer
+	http, grpc, debug string // listen addresses
+	logs              *lockedBuffer
 }
 
 // startRatelimit runs bin (named ratelimit, or ruled with the argument
@@ -240,9 +256,8 @@ type ratelimitProc struct {
 // the test ends.
 func startRatelimit(t *testing.T, bin string, env []string, args ...string) *ratelimitProc {
 	t.Helper()
-	p := &ratelimitProc{http: freePort(t), grpc: freePort(t), logs: &lockedBuffer{}}
-	debug := freePort(t)
-	for _, hp := range []struct{ addr, host, port string }{{p.http, "HOST", "PORT"}, {p.grpc, "GRPC_HOST", "GRPC_PORT"}, {debug, "DEBUG_HOST", "DEBUG_PORT"}} {
+	p := &ratelimitProc{http: freePort(t), grpc: freePort(t), debug: freePort(t), logs: &lockedBuffer{}}
+	for _, hp := range []struct{ addr, host, port string }{{p.http, "HOST", "PORT"}, {p.grpc, "GRPC_HOST", "GRPC_PORT"}, {p.debug, "DEBUG_HOST", "DEBUG_PORT"}} {
 		h, port, _ := net.SplitHostPort(hp.addr)
 		env = append(env, hp.host+"="+h, hp.port+"="+port)
 	}
@@ -280,43 +295,139 @@ func (p *ratelimitProc) healthcheck() int {
 	return resp.StatusCode
 }
 
+// configMap writes files into dir as Kubernetes mounts a ConfigMap: each
+// file a symlink through ..data to a timestamped directory, which an
+// update replaces by swapping the ..data symlink.
+type configMap struct {
+	t   *testing.T
+	dir string
+	n   int
+}
+
+func (m *configMap) update(files map[string]string) {
+	m.t.Helper()
+	m.n++
+	version := fmt.Sprintf("..2026_11_28_%02d", m.n)
+	if err := os.Mkdir(filepath.Join(m.dir, version), 0o755); err != nil {
+		m.t.Fatal(err)
+	}
+	for name, text := range files {
+		writeFile(m.t, filepath.Join(m.dir, version), name, text)
+		link := filepath.Join(m.dir, name)
+		if _, err := os.Lstat(link); err != nil {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				m.t.Fatal(err)
+			}
+		}
+	}
+	tmp := filepath.Join(m.dir, "..data_tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		m.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(m.dir, "..data")); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
 // TestEnvoyRatelimitFileMode: ruled envoy-ratelimit with envoy ratelimit's
-// file settings (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config, as an Istio
-// deployment mounts a ConfigMap) answers the README's scenarios, and
-// follows a change of a config file.
+// file settings (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config, where Istio's
+// sample mounts a ConfigMap) answers the README's scenarios, follows a
+// ConfigMap update, keeps serving through a bad one, shows the config at
+// /rlconfig, adds no RateLimit headers (envoy ratelimit's default), serves
+// its Prometheus listener when asked, and names the variables it does not
+// support in one WARN line.
 func TestEnvoyRatelimitFileMode(t *testing.T) {
 	root := t.TempDir()
 	conf := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(conf, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	files := map[string]string{}
 	for name, text := range envoyREADMEConfigs {
-		writeFile(t, conf, name, text)
+		files[name] = text
 	}
-	writeFile(t, conf, "later.yaml", "domain: later\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 7}\n")
+	later := func(n int, unit string) string {
+		return fmt.Sprintf("domain: later\ndescriptors:\n  - key: k\n    rate_limit: {unit: %s, requests_per_unit: %d}\n", unit, n)
+	}
+	files["later.yaml"] = later(7, "day")
+	cm := &configMap{t: t, dir: conf}
+	cm.update(files)
 	rdb := redistest.Start(t)
+	prom := freePort(t)
 	rl := startRatelimit(t, buildRuled(t), []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(), "USE_STATSD=false", "LOG_LEVEL=info"}, "envoy-ratelimit")
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(), "USE_STATSD=false", "LOG_LEVEL=info",
+		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + prom,
+		"CACHE_KEY_PREFIX=eg-", "EXTRA_TAGS=team:edge"}, "envoy-ratelimit")
 	eventually(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
 	c := dialRLS(t, rl.grpc)
 	playEnvoyREADME(t, c)
 
-	limitOf := func() uint32 {
+	ask := func() *rlsv3.RateLimitResponse {
 		resp, err := c.call(&rlsv3.RateLimitRequest{Domain: "later", Descriptors: entriesList("k", "v")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+		return resp
 	}
-	if n := limitOf(); n != 7 {
-		t.Fatalf("later's limit %d, want 7", n)
+	limitOf := func() uint32 { return ask().GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() }
+	if resp := ask(); resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 7 || len(resp.GetResponseHeadersToAdd()) != 0 {
+		t.Fatalf("later: %v, want the limit 7 and no headers", resp)
 	}
-	replaceFile(t, filepath.Join(conf, "later.yaml"), "domain: later\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 8}\n")
-	eventually(t, 20*time.Second, "the changed config file served", func() bool { return limitOf() == 8 })
-	// A bad change keeps the config that serves.
-	replaceFile(t, filepath.Join(conf, "later.yaml"), "domain: later\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
+	files["later.yaml"] = later(8, "day")
+	cm.update(files)
+	eventually(t, 20*time.Second, "the ConfigMap update served", func() bool { return limitOf() == 8 })
+	get := func(url string) string {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	if body := get("http://" + rl.debug + "/rlconfig"); !strings.Contains(body, `(domain "later"`) || !strings.Contains(body, "config: {limit: 8, window: 24h}") {
+		t.Errorf("/rlconfig does not show the config that serves:\n%s", body)
+	}
+	// A bad update keeps the config that serves.
+	files["later.yaml"] = later(9, "fortnight")
+	cm.update(files)
 	eventually(t, 20*time.Second, "the refusal logged", func() bool { return strings.Contains(rl.logs.String(), "fortnight") })
 	if n := limitOf(); n != 8 {
-		t.Fatalf("after a bad change the limit is %d, want 8", n)
+		t.Fatalf("after a bad update the limit is %d, want 8", n)
 	}
+	if body := get("http://" + prom + "/metrics"); !strings.Contains(body, "ruled_decisions_total") {
+		t.Errorf("the Prometheus listener does not serve ruled's metrics:\n%s", tail(body, 5))
+	}
+	// The variables ruled does not support are named, once.
+	if warns := grepLines(rl.logs.String(), "not support"); strings.Count(warns, "\n") != 0 || !strings.Contains(warns, "EXTRA_TAGS,CACHE_KEY_PREFIX") {
+		t.Errorf("want one WARN line naming EXTRA_TAGS,CACHE_KEY_PREFIX, got:\n%s", warns)
+	}
+}
+
+// TestEnvoyHealthyWithConfig: HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
+// keeps the instance unhealthy until a config is there.
+func TestEnvoyHealthyWithConfig(t *testing.T) {
+	root := t.TempDir()
+	conf := filepath.Join(root, "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redistest.Start(t)
+	rl := startRatelimit(t, buildRuled(t), []string{"RUNTIME_ROOT=" + root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(),
+		"USE_STATSD=false", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"}, "envoy-ratelimit")
+	// Unready for want of a config, and for that alone (/readyz says why).
+	eventually(t, 30*time.Second, "/readyz: no config loaded yet", func() bool {
+		resp, err := http.Get("http://" + rl.http + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), "no rate limit config loaded yet")
+	})
+	if code := rl.healthcheck(); code != http.StatusInternalServerError {
+		t.Fatalf("/healthcheck with no config: %d, want 500", code)
+	}
+	writeFile(t, conf, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n")
+	eventually(t, 30*time.Second, "/healthcheck 200 once a config is loaded", func() bool { return rl.healthcheck() == http.StatusOK })
 }

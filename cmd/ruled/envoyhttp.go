@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/ruled-dev/ruled/host/envoystats"
@@ -76,14 +78,6 @@ func startEnvoyStats(e *envoyServe, log *slog.Logger) (*envoyStats, func(), erro
 // work on a nil one, which sends nothing.
 type envoyStats struct{ sink *envoystats.Sink }
 
-// SetKeysFunc is what a translation of envoy configs is given to.
-func (s *envoyStats) SetKeysFunc() func([]envoyconfig.File) {
-	if s == nil {
-		return nil
-	}
-	return s.sink.SetKeys
-}
-
 // CallObserver is what each RLS call is told to.
 func (s *envoyStats) CallObserver() grpcapi.CallObserver {
 	if s == nil {
@@ -103,4 +97,36 @@ type statsObserver struct {
 func (o statsObserver) Reload(err error, rules int) {
 	o.Metrics.Reload(err, rules)
 	o.stats.sink.ConfigLoad(err)
+}
+
+// translation is the last translation of envoy configs to load: its
+// rules' stats keys go to the stats, and GET /rlconfig on the debug
+// listener shows its rule files.
+type translation struct {
+	stats *envoyStats
+	files atomic.Pointer[[]envoyconfig.File]
+}
+
+// set takes a new translation.
+func (t *translation) set(files []envoyconfig.File) {
+	t.files.Store(&files)
+	if t.stats != nil {
+		t.stats.sink.SetKeys(files)
+	}
+}
+
+// ServeHTTP writes the translated rule files, as envoy ratelimit's
+// /rlconfig writes the config it serves.
+func (t *translation) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	files := t.files.Load()
+	if files == nil {
+		_, _ = io.WriteString(w, "# no envoy ratelimit config loaded yet\n")
+		return
+	}
+	for _, f := range *files {
+		_, _ = fmt.Fprintf(w, "# ---- %s (domain %q, from %s)\n", f.Name, f.Domain, f.Source)
+		_, _ = w.Write(f.Content)
+		_, _ = io.WriteString(w, "\n")
+	}
 }

@@ -267,21 +267,23 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	m.Bind(engine.Inspect())
 	defer logPlugins(log, engine, c.builtins)()
 	// The rules: files, envoy ratelimit configs, or an xDS server's. Once
-	// loaded, only a valid set replaces them.
+	// loaded, only a valid set replaces them. The translation of envoy
+	// configs goes to the stats and to /rlconfig.
+	translated := &translation{stats: stats}
 	rulesReady := func() error { return nil }
 	watchPath := c.rules
 	switch {
 	case c.xds.server != "":
 		xctx, stopXDS := context.WithCancel(ctx)
 		defer stopXDS()
-		if rulesReady, err = startXDS(xctx, c.xds, c.mergeDomains, stats.SetKeysFunc(), engine, log); err != nil {
+		if rulesReady, err = startXDS(xctx, c.xds, c.mergeDomains, translated.set, engine, log); err != nil {
 			return err
 		}
 		watchPath = ""
 	default:
 		src := host.FileRules(c.rules)
 		if c.envoyConfigs != "" {
-			src, watchPath = envoyFileRules(c.envoyConfigs, c.mergeDomains, stats.SetKeysFunc()), c.envoyConfigs
+			src, watchPath = envoyFileRules(c.envoyConfigs, c.mergeDomains, translated.set), c.envoyConfigs
 		}
 		set, err := engine.LoadFrom(ctx, src)
 		if err != nil {
@@ -406,7 +408,11 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		return err
 	}
 	defer stopMetrics()
-	stopDebug, err := startDebug(c.debugListen, log)
+	var debugExtra map[string]http.Handler
+	if c.envoy != nil {
+		debugExtra = map[string]http.Handler{"/rlconfig": translated}
+	}
+	stopDebug, err := startDebug(c.debugListen, debugExtra, log)
 	if err != nil {
 		_ = srv.Close()
 		return err

@@ -148,6 +148,11 @@ func TestClientFollowsTheServer(t *testing.T) {
 	if got := overLimit(codes(t, e, "edge", "user", "dave", 2)); got != 1 {
 		t.Fatalf("%d of 2 over the limit of 1, want 1", got)
 	}
+	// The stream opened after the restart said it held version 2, the one
+	// loaded last (3 was refused).
+	if opened := cp.Opened(); len(opened) < 2 || opened[0] != "" || opened[len(opened)-1] != "2" {
+		t.Fatalf("versions the streams opened with: %q, want \"\" first and 2 after the restart", opened)
+	}
 	acks, _ := cp.Seen()
 	if acks[len(acks)-1] != "4" {
 		t.Fatalf("last ACK %q, want 4 (all: %v)", acks[len(acks)-1], acks)

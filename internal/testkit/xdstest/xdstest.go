@@ -39,8 +39,9 @@ type Server struct {
 	creds credentials.TransportCredentials
 
 	mu    sync.Mutex
-	nacks []string // error details of the requests that refused a response
-	acks  []string // versions the client reported holding
+	nacks  []string // error details of the requests that refused a response
+	acks   []string // versions the client reported holding
+	opened []string // the version each stream's first request reported
 }
 
 // Start serves on a free loopback port, over TLS with creds when not nil,
@@ -71,10 +72,13 @@ func (cp *Server) serve(t testing.TB, addr string) {
 		if req.GetNode().GetId() != NodeID {
 			return fmt.Errorf("node %q", req.GetNode().GetId())
 		}
-		if d := req.GetErrorDetail(); d != nil {
-			cp.nacks = append(cp.nacks, d.GetMessage())
-		} else if req.GetResponseNonce() != "" {
+		switch {
+		case req.GetErrorDetail() != nil:
+			cp.nacks = append(cp.nacks, req.GetErrorDetail().GetMessage())
+		case req.GetResponseNonce() != "":
 			cp.acks = append(cp.acks, req.GetVersionInfo())
+		default:
+			cp.opened = append(cp.opened, req.GetVersionInfo())
 		}
 		return nil
 	}}
@@ -115,6 +119,14 @@ func (cp *Server) Push(t testing.TB, version string, cfgs ...*rlsconf.RateLimitC
 	if err := cp.cache.SetSnapshot(context.Background(), NodeID, snap); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Opened returns the version each stream's first request reported
+// holding, in order.
+func (cp *Server) Opened() []string {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return append([]string(nil), cp.opened...)
 }
 
 // Seen returns the versions the client ACKed (the version it reported

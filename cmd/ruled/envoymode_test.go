@@ -1,0 +1,163 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// envFrom is a lookup of the environment kv (KEY=VALUE each).
+func envFrom(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for _, s := range kv {
+		k, v, _ := strings.Cut(s, "=")
+		m[k] = v
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// TestEnvoyDefaults: with no variable set, the settings are envoy
+// ratelimit's defaults, not ruled's.
+func TestEnvoyDefaults(t *testing.T) {
+	s, unsupported, err := readEnvoyEnv(envFrom())
+	if err != nil || len(unsupported) > 0 {
+		t.Fatalf("%v %v", unsupported, err)
+	}
+	c, err := s.serveConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, got := range map[string][2]string{
+		"listen":      {c.listen, "0.0.0.0:8080"},
+		"grpc":        {c.grpcListen, "0.0.0.0:8081"},
+		"debug":       {c.debugListen, "0.0.0.0:6070"},
+		"log level":   {c.logLevel, "warn"},
+		"configs":     {c.envoyConfigs, "/srv/runtime_data/current/config"},
+		"redis":       {c.redis, "unix:///var/run/nutcracker/ratelimit.sock"},
+		"statsd":      {c.envoy.statsd, "localhost:8125"},
+		"xds server":  {c.xds.server, ""},
+		"prometheus":  {c.envoy.prometheusAddr, ""},
+		"log format":  {c.logFormat, "text"},
+		"tls cert":    {c.tlsCert, ""},
+		"client refs": {c.refundsFlag, "allow"},
+	} {
+		if got[0] != got[1] {
+			t.Errorf("%s: %q, want %q", what, got[0], got[1])
+		}
+	}
+	if !c.envoy.noRLSHeaders || c.envoy.healthNeedsConfig || c.mergeDomains {
+		t.Errorf("headers off %v, health needs config %v, merge %v: want true, false, false", c.envoy.noRLSHeaders, c.envoy.healthNeedsConfig, c.mergeDomains)
+	}
+}
+
+// TestEnvoyRedisSettings: REDIS_* as envoy ratelimit reads them, as store
+// URLs.
+func TestEnvoyRedisSettings(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis.redis.svc:6379"}, "redis://redis.redis.svc:6379"},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r:6379", "REDIS_AUTH=s3cr:t", "REDIS_TLS=true"}, "rediss://s3cr:t@r:6379"},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r:6379", "REDIS_AUTH=p@ss"}, "redis://:p%40ss@r:6379"},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=sentinel", "REDIS_URL=mymaster,s1:26379,s2:26379"}, "redis+sentinel://s1:26379,s2:26379/mymaster"},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=CLUSTER", "REDIS_URL=n1:7000,n2:7001"}, "redis+cluster://n1:7000,n2:7001"},
+		{[]string{"REDIS_URL=/run/redis.sock"}, "unix:///run/redis.sock"},
+	} {
+		s, _, err := readEnvoyEnv(envFrom(tc.env...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.serveConfig()
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		if c.redis != tc.want {
+			t.Errorf("%v: %q, want %q", tc.env, c.redis, tc.want)
+		}
+	}
+}
+
+// TestEnvoyBadSettings: a value envoy ratelimit would not take is an error
+// that names the variable.
+func TestEnvoyBadSettings(t *testing.T) {
+	for env, want := range map[string]string{
+		"PORT=http":                `PORT="http": want a whole number`,
+		"USE_STATSD=yes please":    `USE_STATSD="yes please": want true or false`,
+		"STATS_FLUSH_INTERVAL=5":   `STATS_FLUSH_INTERVAL="5": want a duration`,
+		"CONFIG_TYPE=CONSUL":       `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`,
+		"LOG_LEVEL=loud":           `LOG_LEVEL="loud"`,
+		"REDIS_TYPE=ring":          `REDIS_TYPE="ring"`,
+		"BACKEND_TYPE=memcache":    `BACKEND_TYPE="memcache": ruled keeps its state in Redis only`,
+		"GRPC_SERVER_USE_TLS=true": "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=novalue": "want key:value pairs",
+	} {
+		s, _, err := readEnvoyEnv(envFrom(env))
+		if err == nil {
+			_, err = s.serveConfig()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error with %q", env, err, want)
+		}
+	}
+}
+
+// TestEnvoyUnsupportedNamed: the variables set that ruled does not
+// support are named, in the table's order; those it does not know are not
+// envoy ratelimit's and left alone.
+func TestEnvoyUnsupportedNamed(t *testing.T) {
+	_, unsupported, err := readEnvoyEnv(envFrom("CACHE_KEY_PREFIX=x", "EXTRA_TAGS=a:b", "PORT=9000", "MY_OWN=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(unsupported, ",") != "EXTRA_TAGS,CACHE_KEY_PREFIX" {
+		t.Fatalf("unsupported %v, want EXTRA_TAGS,CACHE_KEY_PREFIX", unsupported)
+	}
+}
+
+// envoyVarsTable is docs/envoy.md's table of the variables, made from
+// envoyVars.
+func envoyVarsTable() string {
+	var b strings.Builder
+	b.WriteString("| variable | envoy ratelimit's default | what ruled does |\n|---|---|---|\n")
+	for _, v := range envoyVars {
+		def := "(none)"
+		if v.def != "" {
+			def = "`" + v.def + "`"
+		}
+		does := v.does
+		if v.set == nil {
+			does = "**not supported**: named in the WARN line at start when set"
+		}
+		b.WriteString("| `" + v.name + "` | " + def + " | " + does + " |\n")
+	}
+	return b.String()
+}
+
+// TestEnvoyVarsDocumented: docs/envoy.md's table of variables is the one
+// the code reads (go test -run TestEnvoyVarsDocumented -update rewrites
+// it).
+func TestEnvoyVarsDocumented(t *testing.T) {
+	path := filepath.Join("..", "..", "docs", "envoy.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- envoy-vars -->\n", "<!-- /envoy-vars -->"
+	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %q ... %q block", path, begin, end)
+	}
+	want := envoyVarsTable()
+	if got := string(doc[i+len(begin) : j]); got != want {
+		if *update {
+			out := string(doc[:i+len(begin)]) + want + string(doc[j:])
+			if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Errorf("docs/envoy.md's table differs from envoyVars (go test -run TestEnvoyVarsDocumented -update):\n%s", want)
+	}
+}
