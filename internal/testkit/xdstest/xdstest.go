@@ -38,7 +38,7 @@ type Server struct {
 	srv   *grpc.Server
 	creds credentials.TransportCredentials
 
-	mu    sync.Mutex
+	mu     sync.Mutex
 	nacks  []string // error details of the requests that refused a response
 	acks   []string // versions the client reported holding
 	opened []string // the version each stream's first request reported
