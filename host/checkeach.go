@@ -2,7 +2,10 @@ package host
 
 import (
 	"context"
+
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ruled-dev/ruled/rules"
 )
@@ -23,6 +26,11 @@ func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
 		// One part: a check (AppendMatch applies replaces within it).
 		e.CheckInto(ctx, reqs[0], &out[0])
 		return out
+	}
+	if e.tracer != nil {
+		var span trace.Span
+		ctx, span = e.tracer.Start(ctx, "ruled.check_each")
+		defer endCheckSpan(span, out) // out is filled in place
 	}
 	start := time.Now()
 	b := newBudget(ctx, start, e.timeout)

@@ -5,6 +5,7 @@ package host
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/local"
@@ -48,6 +51,9 @@ type Options struct {
 	// refunds of a denial share it, and a rule reached once it is spent
 	// follows its on_error at once (ErrDecisionTimeout).
 	DecisionTimeout time.Duration
+	// Tracer, when set, gives each check a span (docs/operations.md,
+	// "Tracing"); nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // DecisionTimeoutCalls is the default DecisionTimeout in calls: a check
@@ -86,6 +92,7 @@ type Engine struct {
 	timeout     time.Duration    // DecisionTimeout
 	now         func() time.Time // Options.Now
 	noShortcuts bool             // Options.NoShortcuts
+	tracer      trace.Tracer     // Options.Tracer; nil when off
 
 	inspect      Inspector    // Inspect
 	counters     Counters     // Counters
@@ -134,7 +141,7 @@ func NewEngine(o Options) (*Engine, error) {
 		e.obs = nopObserver{}
 	}
 	e.subjectObs, _ = e.obs.(SubjectObserver)
-	e.timeout, e.noShortcuts = o.DecisionTimeout, o.NoShortcuts
+	e.timeout, e.noShortcuts, e.tracer = o.DecisionTimeout, o.NoShortcuts, o.Tracer
 	if e.timeout <= 0 {
 		e.timeout = DecisionTimeoutCalls * o.Capability.Timeout()
 	}
@@ -182,6 +189,11 @@ func (e *Engine) Check(ctx context.Context, req *CheckRequest) Result {
 // caller that decides in a loop (or pools its Results) allocates nothing
 // per decision for them.
 func (e *Engine) CheckInto(ctx context.Context, req *CheckRequest, res *Result) {
+	if e.tracer != nil {
+		var span trace.Span
+		ctx, span = e.tracer.Start(ctx, "ruled.check")
+		defer func() { endCheckSpan(span, []Result{*res}) }()
+	}
 	start := time.Now()
 	e.check(ctx, newBudget(ctx, start, e.timeout), req, res)
 	e.observe(res, start)

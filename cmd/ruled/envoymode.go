@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ruled-dev/ruled/host/tracing"
 )
 
 // envoyRatelimit runs ruled as envoy ratelimit: configured by envoy
@@ -85,6 +90,12 @@ type envoySettings struct {
 	redisTimeout                 time.Duration
 	mergeDomains                 bool
 	responseHeaders              bool
+	tracing                      bool
+	tracingName, tracingProtocol string
+	tracingNamespace             string
+	tracingInstance              string
+	tracingRate                  float64
+	otel                         tracing.Config // what the OTEL_* variables say
 }
 
 // envoyVar is one of envoy ratelimit's environment variables: its
@@ -176,7 +187,12 @@ var envoyVars = []envoyVar{
 	{"SHADOW_MODE", "false", "", nil},
 	{"QUOTA_MODE", "false", "", nil},
 	{"RESPONSE_DYNAMIC_METADATA", "false", "", nil},
-	{"TRACING_ENABLED", "false", "", nil},
+	{"TRACING_ENABLED", "false", "trace with OpenTelemetry, exported with OTLP to OTEL_EXPORTER_OTLP_ENDPOINT (the OTEL_* variables turn it on too)", boolean(func(s *envoySettings) *bool { return &s.tracing })},
+	{"TRACING_SERVICE_NAME", "RateLimit", "the traces' service.name", str(func(s *envoySettings) *string { return &s.tracingName })},
+	{"TRACING_SERVICE_NAMESPACE", "", "their service.namespace", str(func(s *envoySettings) *string { return &s.tracingNamespace })},
+	{"TRACING_SERVICE_INSTANCE_ID", "", "their service.instance.id", str(func(s *envoySettings) *string { return &s.tracingInstance })},
+	{"TRACING_EXPORTER_PROTOCOL", "http", "OTLP over http or grpc", str(func(s *envoySettings) *string { return &s.tracingProtocol })},
+	{"TRACING_SAMPLING_RATE", "1", "share of the traces started here that are sampled", float(func(s *envoySettings) *float64 { return &s.tracingRate })},
 	{"MEMCACHE_HOST_PORT", "", "", nil},
 }
 
@@ -201,6 +217,11 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, []string,
 			return nil, nil, fmt.Errorf("%s=%q: %w", v.name, val, err)
 		}
 	}
+	otel, err := tracing.FromEnv(lookup)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.otel = otel
 	return s, unsupported, nil
 }
 
@@ -356,6 +377,27 @@ func (s *envoySettings) serveConfig() (serveConfig, error) {
 	}
 	if s.usePrometheus {
 		c.envoy.prometheusAddr, c.envoy.prometheusPath = s.prometheusAddr, s.prometheusAt
+	}
+	c.tracing = s.otel
+	if s.tracing {
+		c.tracing.Enabled = true
+		switch strings.ToLower(s.tracingProtocol) {
+		case "http":
+			c.tracing.Protocol = "http/protobuf"
+		case "grpc":
+			c.tracing.Protocol = "grpc"
+		default:
+			return c, fmt.Errorf("TRACING_EXPORTER_PROTOCOL=%q: want http or grpc", s.tracingProtocol)
+		}
+		c.tracing.Resource = []attribute.KeyValue{attribute.String("service.name", s.tracingName)}
+		if s.tracingNamespace != "" {
+			c.tracing.Resource = append(c.tracing.Resource, attribute.String("service.namespace", s.tracingNamespace))
+		}
+		if s.tracingInstance != "" {
+			c.tracing.Resource = append(c.tracing.Resource, attribute.String("service.instance.id", s.tracingInstance))
+		}
+		rate := min(s.tracingRate, 1)
+		c.tracing.SampleRatio = &rate
 	}
 	return c, nil
 }

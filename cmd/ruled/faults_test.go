@@ -133,6 +133,12 @@ func spawnDaemonAt(t *testing.T, rules string, args ...string) *daemon {
 // rules come from) on a free port, and returns once /livez answers.
 func spawnServe(t *testing.T, args ...string) *daemon {
 	t.Helper()
+	return spawnServeEnv(t, nil, args...)
+}
+
+// spawnServeEnv is spawnServe with env added to the environment.
+func spawnServeEnv(t *testing.T, env []string, args ...string) *daemon {
+	t.Helper()
 	bin := buildRuled(t)
 	// A short directory: the managed socket path must fit in sun_path.
 	dataDir, err := os.MkdirTemp("", "rf-")
@@ -148,7 +154,7 @@ func spawnServe(t *testing.T, args ...string) *daemon {
 		all := append([]string{"serve", "--listen", addr, "--data-dir", dataDir}, args...)
 		d.cmd = exec.Command(bin, all...)
 		d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-		d.cmd.Env = os.Environ()
+		d.cmd.Env = append(os.Environ(), env...)
 		if err := d.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

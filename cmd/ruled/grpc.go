@@ -36,6 +36,7 @@ type grpcOptions struct {
 	tls     *tls.Config // nil for plaintext
 	service grpcapi.ServiceOptions
 	envoy   *envoyServe // envoy ratelimit's connection ages; nil for ruled's
+	extra   []grpc.ServerOption
 }
 
 // startGRPC serves Envoy's rate limit service on o.addr and the gRPC
@@ -57,6 +58,7 @@ func startGRPC(o grpcOptions, c grpcapi.Checker, ready func(context.Context) err
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: o.envoy.grpcMaxAge, MaxConnectionAgeGrace: o.envoy.grpcMaxAgeGrace}))
 	}
+	opts = append(opts, o.extra...)
 	h := grpcapi.NewHealth(log)
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := grpcapi.NewServer(c, h, log, o.service, opts...)

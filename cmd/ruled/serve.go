@@ -26,6 +26,7 @@ import (
 	"github.com/ruled-dev/ruled/host/httpapi"
 	"github.com/ruled-dev/ruled/host/metrics"
 	"github.com/ruled-dev/ruled/host/store"
+	"github.com/ruled-dev/ruled/host/tracing"
 	"github.com/ruled-dev/ruled/host/ui"
 	"github.com/ruled-dev/ruled/internal/lograte"
 )
@@ -59,7 +60,8 @@ type serveConfig struct {
 	trustedProxies []netip.Prefix
 	refunds        httpapi.Refunds
 
-	envoy *envoyServe // running as envoy ratelimit; nil for ruled serve
+	envoy   *envoyServe    // running as envoy ratelimit; nil for ruled serve
+	tracing tracing.Config // from OTEL_* (and TRACING_* as envoy ratelimit)
 }
 
 // envoyServe is what serve does differently when it runs as envoy
@@ -127,6 +129,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, err := newLogger(stderr, c.logLevel, c.logFormat)
 	if err != nil {
+		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
+		return 2
+	}
+	if c.tracing, err = tracing.FromEnv(os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
 		return 2
 	}
@@ -207,6 +213,22 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		return err
 	}
 
+	// Tracing: off unless the environment asks for it (docs/operations.md).
+	tr, err := tracing.Start(ctx, c.tracing, version)
+	if err != nil {
+		return err
+	}
+	defer func() { // last: the spans of the final calls are sent
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tr.Shutdown(sctx); err != nil {
+			log.Warn("traces not all sent at shutdown", "err", err)
+		}
+	}()
+	if tr != nil {
+		log.Info("tracing with OpenTelemetry", "protocol", c.tracing.Protocol)
+	}
+
 	m := metrics.New(metrics.Options{Version: version})
 	if certs != nil {
 		if err := m.TLSCertificate(func() time.Time { return certs.Leaf().NotAfter }); err != nil {
@@ -233,7 +255,8 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	defer st.Close()
 	log.Info("redis", "store", st.Describe())
 
-	capOpts := capability.Options{Timeout: c.redisTimeout, Logger: log, Observe: m.RedisCall, OnAvailability: m.RedisAvailable}
+	capOpts := capability.Options{Timeout: c.redisTimeout, Logger: log, Observe: m.RedisCall, OnAvailability: m.RedisAvailable,
+		Tracer: tr.Tracer("github.com/ruled-dev/ruled/host/capability")}
 	if c.pipeline {
 		capOpts.Pipeline = redis.DefaultBlockingAutoPipelineOptions()
 	}
@@ -255,6 +278,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		observer = statsObserver{m, stats}
 	}
 	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: observer,
+		Tracer:     tr.Tracer("github.com/ruled-dev/ruled/host"),
 		LoadPlugin: pluginLoader(log, wopts, pools), DecisionTimeout: c.decisionTO})
 	if err != nil {
 		return err
@@ -353,7 +377,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 			httpTLS = nil // envoy ratelimit's HTTP listener is plaintext: its probes use HTTP
 		}
 	}
-	grpcSrv, err := startGRPC(grpcOptions{addr: c.grpcListen, tls: grpcTLS, envoy: c.envoy,
+	grpcSrv, err := startGRPC(grpcOptions{addr: c.grpcListen, tls: grpcTLS, envoy: c.envoy, extra: tr.GRPC(),
 		service: grpcapi.ServiceOptions{RefuseRefunds: c.refunds != httpapi.RefundsAllow, OmitHeaders: c.envoy != nil && c.envoy.noRLSHeaders,
 			Observer: stats.CallObserver()}},
 		engine, ready, log)
@@ -378,7 +402,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	if c.envoy != nil {
 		handler = envoyHTTP(handler, grpcSrv.health, grpcapi.NewRateLimitService(engine, log, grpcSrv.service), log)
 	}
-	srv := httpapi.NewServer(handler)
+	srv := httpapi.NewServer(tr.HTTP(handler))
 	// net/http's own lines (a failed TLS handshake, a handler's panic) go
 	// to the daemon's log, in its format, one of a kind every 10 s: any
 	// client can set them off.

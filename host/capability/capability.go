@@ -9,6 +9,7 @@ package capability
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redis/go-redis/v9"
 
@@ -81,6 +86,9 @@ type Options struct {
 	// master it went to (see NodeHealth.Node; "" when unknown), its
 	// duration and error (nil, or an *Error). It runs on the decision path.
 	Observe func(plugin, script, node string, took time.Duration, err error)
+	// Tracer, when set, gives each script call a client span, the child of
+	// the span in its context (the check's); nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // Capability runs plugins' scripts against one Redis deployment.
@@ -97,6 +105,7 @@ type Capability struct {
 	breaker   *breaker
 	health    health // what Probe found
 	observe   func(plugin, script, node string, took time.Duration, err error)
+	tracer    trace.Tracer // Options.Tracer; nil when off
 
 	acl      *provisioner // nil when isolation is off
 	db       int          // the database the client selects
@@ -120,7 +129,7 @@ type Capability struct {
 
 // New returns a Capability over client.
 func New(client redis.UniversalClient, opts Options) *Capability {
-	c := &Capability{client: client, timeout: opts.Timeout, prefix: opts.Prefix, log: opts.Logger, clock: opts.Clock, holdKeys: opts.HoldKeys, observe: opts.Observe}
+	c := &Capability{client: client, timeout: opts.Timeout, prefix: opts.Prefix, log: opts.Logger, clock: opts.Clock, holdKeys: opts.HoldKeys, observe: opts.Observe, tracer: opts.Tracer}
 	if c.observe == nil {
 		c.observe = func(string, string, string, time.Duration, error) {}
 	}
@@ -536,6 +545,23 @@ func (p *Plugin) Command(rule, subject, script string, keys []string, args ...an
 // eval runs one script call for a rule and an escaped subject, by
 // deadline when it is not zero.
 func (p *Plugin) eval(ctx context.Context, deadline time.Time, rule, subject, script string, keys []string, args []any) (sdk.Reply, error) {
+	if p.cap.tracer == nil {
+		return p.call(ctx, deadline, rule, subject, script, keys, args)
+	}
+	ctx, span := p.cap.tracer.Start(ctx, "redis EVALSHA", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("db.system.name", "redis"), attribute.String("db.operation.name", "EVALSHA"),
+		attribute.String("ruled.plugin", p.name), attribute.String("ruled.script", script), attribute.String("ruled.rule", rule)))
+	r, err := p.call(ctx, deadline, rule, subject, script, keys, args)
+	if err != nil {
+		span.SetAttributes(attribute.String("ruled.error_class", string(ClassOf(err))))
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return r, err
+}
+
+// call is eval without its span.
+func (p *Plugin) call(ctx context.Context, deadline time.Time, rule, subject, script string, keys []string, args []any) (sdk.Reply, error) {
 	s, refused := p.declared(script, keys)
 	if refused != nil {
 		return sdk.Reply{}, refused
