@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,5 +160,40 @@ func TestEnvoyVarsDocumented(t *testing.T) {
 			return
 		}
 		t.Errorf("docs/envoy.md's table differs from envoyVars (go test -run TestEnvoyVarsDocumented -update):\n%s", want)
+	}
+}
+
+// TestContainerfileRunsAsRatelimit: the image that
+// examples/deploy/Containerfile builds has the binary at /bin/ratelimit,
+// and the binary run under that path is envoy ratelimit (no image is built
+// here: the same layout is made from this package's binary).
+func TestContainerfileRunsAsRatelimit(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "deploy", "Containerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf := string(b)
+	for _, line := range []string{"-o /out/ruled ./cmd/ruled", "COPY --from=build /out/ruled /usr/local/bin/ruled", "RUN ln -s /usr/local/bin/ruled /bin/ratelimit"} {
+		if !strings.Contains(cf, line) {
+			t.Fatalf("the Containerfile has no %q", line)
+		}
+	}
+	root := t.TempDir()
+	for _, d := range []string{"usr/local/bin", "bin"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(buildRuled(t), filepath.Join(root, "usr/local/bin/ruled")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "usr/local/bin/ruled"), filepath.Join(root, "bin/ratelimit")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(root, "bin/ratelimit"))
+	cmd.Env = []string{"PORT=http"} // a value only envoy ratelimit's mode reads, and refuses
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `ratelimit: PORT="http": want a whole number`) {
+		t.Fatalf("/bin/ratelimit did not run as envoy ratelimit: %v\n%s", err, out)
 	}
 }
