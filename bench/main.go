@@ -32,6 +32,19 @@
 //
 //	go run ./bench -ab old=/tmp/ruled-old,new=/tmp/ruled-new,same=/tmp/ruled-old -concurrency 66 -rounds 20 -duration 3s
 //
+// # Envoy ratelimit
+//
+// With -envoy BINARY it compares ruled run as envoy ratelimit (`ruled
+// envoy-ratelimit`, built from this repository) with envoy ratelimit built
+// from source: both read one envoy config directory with the same
+// environment, share one private redis-server, and are driven in turn by
+// the same gRPC client (Envoy's ShouldRateLimit, one descriptor per call);
+// it reports calls per second, latency, each server's CPU per call and
+// Redis's, and ruled's ratios to envoy ratelimit round by round:
+//
+//	git clone https://github.com/envoyproxy/ratelimit && (cd ratelimit && go build -o /tmp/envoy-ratelimit ./src/service_cmd)
+//	go run ./bench -envoy /tmp/envoy-ratelimit -concurrency 64 -rounds 6 -duration 5s
+//
 // # Drivers
 //
 // With -drivers it measures the plugin drivers instead (issue 18), each in
@@ -87,6 +100,8 @@ type config struct {
 	json        bool          // the drivers mode's report as JSON
 
 	ab string // the A/B mode's LABEL=BINARY list
+
+	envoy string // the envoy mode's envoy ratelimit binary
 }
 
 func main() {
@@ -102,6 +117,7 @@ func main() {
 	flag.DurationVar(&c.lowDuration, "low-duration", 2*time.Second, "with -drivers: how long each round's low-load pass (one connection) runs per scenario")
 	flag.BoolVar(&c.json, "json", false, "with -drivers: write the report as JSON")
 	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
+	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit, this binary built from source (see the package comment)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if c.rounds < 1 {
@@ -121,6 +137,8 @@ func main() {
 	switch {
 	case c.ab != "":
 		runMode = runAB
+	case c.envoy != "":
+		runMode = runEnvoy
 	case c.drivers:
 		runMode = runDrivers
 	}

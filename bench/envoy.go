@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// envoyConfig is the config both servers load: every request is one
+// descriptor user=N counted under a limit it never reaches, and a probe
+// key that checks they decide alike.
+const envoyConfig = `domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+  - key: probe
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`
+
+// rlsServer is one rate limit service under load: ruled as envoy
+// ratelimit, or envoy ratelimit itself.
+type rlsServer struct {
+	name    string
+	cmd     *exec.Cmd
+	http    string
+	conns   []*grpc.ClientConn
+	clients []rlsv3.RateLimitServiceClient
+	logPath string
+	exited  chan struct{}
+}
+
+// startRLS runs bin with envoy ratelimit's environment env plus its own
+// listeners on free loopback ports, and waits until /healthcheck says OK.
+func startRLS(ctx context.Context, name, bin, dir string, env []string, args []string, conns int) (*rlsServer, error) {
+	free := func() (string, string, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", "", err
+		}
+		defer ln.Close()
+		h, p, _ := net.SplitHostPort(ln.Addr().String())
+		return h, p, nil
+	}
+	var addrs [3][2]string
+	for i := range addrs {
+		h, p, err := free()
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = [2]string{h, p}
+	}
+	env = append(slices.Clone(env), "HOST="+addrs[0][0], "PORT="+addrs[0][1], "GRPC_HOST="+addrs[1][0], "GRPC_PORT="+addrs[1][1],
+		"DEBUG_HOST="+addrs[2][0], "DEBUG_PORT="+addrs[2][1], "PATH="+os.Getenv("PATH"))
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env, cmd.Dir = env, dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s := &rlsServer{name: name, cmd: cmd, http: net.JoinHostPort(addrs[0][0], addrs[0][1]), logPath: logPath, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logFile.Close(); close(s.exited) }()
+	grpcAddr := net.JoinHostPort(addrs[1][0], addrs[1][1])
+	for range conns {
+		// One connection each: Envoy spreads its calls over a few
+		// HTTP/2 connections per upstream host.
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		s.conns = append(s.conns, conn)
+		s.clients = append(s.clients, rlsv3.NewRateLimitServiceClient(conn))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("%s exited while starting\n%s", name, s.logTail())
+		case <-ctx.Done():
+			s.stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if resp, err := http.Get("http://" + s.http + "/healthcheck"); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("%s: not healthy after a minute\n%s", name, s.logTail())
+		}
+	}
+}
+
+func (s *rlsServer) logTail() string {
+	b, _ := os.ReadFile(s.logPath)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-20):], "\n")
+}
+
+func (s *rlsServer) stop() {
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// ask calls ShouldRateLimit once for key=value on connection i.
+func (s *rlsServer) ask(ctx context.Context, i int, key, value string) (rlsv3.RateLimitResponse_Code, error) {
+	resp, err := s.clients[i%len(s.clients)].ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bench",
+		Descriptors: []*rlcommonv3.RateLimitDescriptor{{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}})
+	return resp.GetOverallCode(), err
+}
+
+// probe shows the server decides as envoy ratelimit's config says: the
+// probe key's limit of 3 admits 3 calls and denies the 4th.
+func (s *rlsServer) probe(ctx context.Context) error {
+	var codes []rlsv3.RateLimitResponse_Code
+	for range 4 {
+		code, err := s.ask(ctx, 0, "probe", s.name)
+		if err != nil {
+			return fmt.Errorf("%s: %v\n%s", s.name, err, s.logTail())
+		}
+		codes = append(codes, code)
+	}
+	if codes[2] != rlsv3.RateLimitResponse_OK || codes[3] != rlsv3.RateLimitResponse_OVER_LIMIT {
+		return fmt.Errorf("%s answered %v to four calls under a limit of 3", s.name, codes)
+	}
+	return nil
+}
+
+// load drives ShouldRateLimit from conc goroutines for d, each request a
+// user of subjects.
+func (s *rlsServer) load(ctx context.Context, users []string, conc int, d time.Duration) *result {
+	return drive(s.name, d, conc, func(i int) error {
+		code, err := s.ask(ctx, i, "user", users[i%len(users)])
+		if err == nil && code != rlsv3.RateLimitResponse_OK {
+			err = fmt.Errorf("%v", code)
+		}
+		return err
+	})
+}
+
+// runEnvoy compares ruled, run as envoy ratelimit (`ruled envoy-ratelimit`,
+// its default configuration for a FILE config), with envoy ratelimit built
+// from source (-envoy BINARY): both read the same config directory and
+// environment, share one private redis-server, and are driven in turn by
+// the same gRPC client at -concurrency for -duration, -rounds times,
+// alternating which goes first. It reports each one's decisions per
+// second, latency, CPU per decision (its process) and Redis CPU per
+// decision, and ruled's ratios to envoy ratelimit in each round.
+func runEnvoy(c config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir, err := os.MkdirTemp("", "ruled-envoy-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	root, err := repoRoot(ctx)
+	if err != nil {
+		return err
+	}
+	ruled := filepath.Join(dir, "ruled")
+	build := exec.CommandContext(ctx, "go", "build", "-o", ruled, "./cmd/ruled")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building ruled: %v\n%s", err, out)
+	}
+	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+		return err
+	}
+	st, redisURL, err := openRedis(ctx, c.redisURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	socket, ok := strings.CutPrefix(redisURL, "unix://")
+	if !ok {
+		return errors.New("-envoy needs the private redis-server (no -redis)")
+	}
+	env := []string{"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + socket, "USE_STATSD=false", "LOG_LEVEL=warn"}
+	conns := max(1, c.conc/16)
+	var servers []*rlsServer
+	defer func() {
+		for _, s := range servers {
+			s.stop()
+		}
+	}()
+	for _, t := range []struct {
+		name, bin string
+		args      []string
+	}{{"ruled", ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", c.envoy, nil}} {
+		s, err := startRLS(ctx, t.name, t.bin, dir, env, t.args, conns)
+		if err != nil {
+			return err
+		}
+		servers = append(servers, s)
+	}
+	for _, s := range servers {
+		if err := s.probe(ctx); err != nil {
+			return err
+		}
+	}
+	users := make([]string, c.subjects)
+	for i := range users {
+		users[i] = strconv.Itoa(i)
+	}
+	for _, s := range servers { // warm up, outside the measurement
+		if r := s.load(ctx, users, c.conc, min(c.duration, 2*time.Second)); r.errors > 0 {
+			return fmt.Errorf("%s: %d failed calls while warming up\n%s", s.name, r.errors, s.logTail())
+		}
+	}
+	type sample struct {
+		r              *result
+		cpuUS, redisUS float64 // per decision
+	}
+	samples := make([][]sample, len(servers))
+	for round := 0; round < c.rounds; round++ {
+		order := []int{0, 1}
+		if round%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, i := range order {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			s := servers[i]
+			cpu0, _, err := treeCPU(s.cmd.Process.Pid)
+			if err != nil {
+				return err
+			}
+			redis0, err := redisCPU(ctx, st.Client())
+			if err != nil {
+				return err
+			}
+			r := s.load(ctx, users, c.conc, c.duration)
+			cpu1, _, err := treeCPU(s.cmd.Process.Pid)
+			if err != nil {
+				return err
+			}
+			redis1, err := redisCPU(ctx, st.Client())
+			if err != nil {
+				return err
+			}
+			if r.errors > 0 || r.decisions == 0 {
+				return fmt.Errorf("%s: round %d: %d calls, %d failed\n%s", s.name, round+1, r.decisions, r.errors, s.logTail())
+			}
+			n := float64(r.decisions)
+			samples[i] = append(samples[i], sample{r, float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, float64((redis1 - redis0).Nanoseconds()) / 1e3 / n})
+		}
+	}
+
+	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
+	fmt.Fprintf(w, "Envoy RLS (gRPC ShouldRateLimit, one descriptor): ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server,\n", c.envoy)
+	fmt.Fprintf(w, "%d concurrent calls over %d connections, %d rounds of %v each, alternating, %d subjects; load %s\n\n",
+		c.conc, conns, c.rounds, c.duration, c.subjects, readLoadAvg())
+	fmt.Fprintf(w, "server\tcalls/s (median)\tmin–max\tp50\tp99\tserver CPU µs/call\tRedis CPU µs/call\t\n")
+	for i, s := range servers {
+		var rates, cpus, reds []float64
+		var rs []*result
+		for _, x := range samples[i] {
+			rates, cpus, reds, rs = append(rates, x.r.rate()), append(cpus, x.cpuUS), append(reds, x.redisUS), append(rs, x.r)
+		}
+		m := medianRound(rs)
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f–%.0f\t%v\t%v\t%.1f\t%.1f\t\n", s.name, median(rates), slices.Min(rates), slices.Max(rates),
+			m.percentile(0.50).Round(time.Microsecond), m.percentile(0.99).Round(time.Microsecond), median(cpus), median(reds))
+	}
+	var rateRatio, cpuRatio, redisRatio []float64
+	for r := range samples[0] {
+		a, b := samples[0][r], samples[1][r]
+		rateRatio = append(rateRatio, a.r.rate()/b.r.rate())
+		cpuRatio = append(cpuRatio, a.cpuUS/b.cpuUS)
+		redisRatio = append(redisRatio, a.redisUS/b.redisUS)
+	}
+	fmt.Fprintf(w, "\nruled / envoy ratelimit, per round\tmedian\tmin–max\t\n")
+	for _, x := range []struct {
+		name string
+		v    []float64
+	}{{"calls/s", rateRatio}, {"server CPU per call", cpuRatio}, {"Redis CPU per call", redisRatio}} {
+		fmt.Fprintf(w, "%s\t%.2f\t%.2f–%.2f\t\n", x.name, median(x.v), slices.Min(x.v), slices.Max(x.v))
+	}
+	return w.Flush()
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEnvoyHarness runs the -envoy mode's plumbing on ruled alone: a
+// server started from envoy ratelimit's environment answers the probe as
+// the config says and takes load without a failed call.
+func TestEnvoyHarness(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	ruled := filepath.Join(dir, "ruled")
+	build := exec.Command("go", "build", "-o", ruled, "../cmd/ruled")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, redisURL, err := openRedis(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	socket, _ := strings.CutPrefix(redisURL, "unix://")
+	env := []string{"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit",
+		"REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + socket, "USE_STATSD=false"}
+	s, err := startRLS(ctx, "ruled", ruled, dir, env, []string{"envoy-ratelimit"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	if err := s.probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := s.load(ctx, []string{"a", "b", "c"}, 4, 200*time.Millisecond)
+	if r.errors > 0 || r.decisions == 0 {
+		t.Fatalf("%d calls, %d failed\n%s", r.decisions, r.errors, s.logTail())
+	}
+}
