@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/stats"
 
 	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 	"github.com/ruled-dev/ruled/internal/testkit/tlstest"
@@ -430,4 +433,45 @@ func TestEnvoyHealthyWithConfig(t *testing.T) {
 	}
 	writeFile(t, conf, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n")
 	eventually(t, 30*time.Second, "/healthcheck 200 once a config is loaded", func() bool { return rl.healthcheck() == http.StatusOK })
+}
+
+// connCounter counts the client connections a gRPC client opens.
+type connCounter struct{ n atomic.Int32 }
+
+func (c *connCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (c *connCounter) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (c *connCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c *connCounter) HandleConn(_ context.Context, s stats.ConnStats) {
+	if _, ok := s.(*stats.ConnBegin); ok {
+		c.n.Add(1)
+	}
+}
+
+// TestEnvoyMaxConnectionAge: GRPC_MAX_CONNECTION_AGE closes a client's
+// connection once it is that old (the client connects again), so that
+// Envoy's connections spread over new replicas.
+func TestEnvoyMaxConnectionAge(t *testing.T) {
+	root := t.TempDir()
+	conf := filepath.Join(root, "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, conf, "edge.yaml", "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n")
+	rdb := redistest.Start(t)
+	rl := startRatelimit(t, buildRuled(t), []string{"RUNTIME_ROOT=" + root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(),
+		"USE_STATSD=false", "GRPC_MAX_CONNECTION_AGE=1s", "GRPC_MAX_CONNECTION_AGE_GRACE=1s"}, "envoy-ratelimit")
+	eventually(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
+	counter := &connCounter{}
+	conn, err := grpc.NewClient(rl.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(counter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	eventually(t, 30*time.Second, "a second connection after the first grew old", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: entriesList("user", "u")}, grpc.WaitForReady(true))
+		return counter.n.Load() >= 2
+	})
 }
