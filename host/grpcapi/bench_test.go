@@ -1,0 +1,73 @@
+package grpcapi_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/host/grpcapi"
+	"github.com/ruled-dev/ruled/internal/envoyconfig"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
+	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/rules"
+)
+
+// benchEnvoyConfig is bench/envoy.go's config: a limit per user that
+// the load never reaches.
+const benchEnvoyConfig = `domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+  - key: probe
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`
+
+// BenchmarkShouldRateLimit is one RLS call of one descriptor on rules
+// translated from an envoy ratelimit config, as ruled envoy-ratelimit
+// serves it (autopipelined Redis, no RateLimit headers), in process: ruled's
+// own cost of a call, without gRPC's transport.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	rs := redistest.Start(b)
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	b.Cleanup(func() { _ = rc.Close() })
+	e, err := host.NewEngine(host.Options{Capability: capability.New(rc, capability.Options{Pipeline: redis.DefaultBlockingAutoPipelineOptions()}),
+		Plugins: builtin.All()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	files, _, err := envoyconfig.Translate([]envoyconfig.Source{{Name: "bench.yaml", Content: []byte(benchEnvoyConfig)}}, envoyconfig.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.LoadFrom(context.Background(), host.RuleSource{Origin: "bench", Read: func(context.Context) (*rules.Files, error) {
+		return rules.ParseSources(envoyconfig.RuleSources(files))
+	}}); err != nil {
+		b.Fatal(err)
+	}
+	svc := grpcapi.NewRateLimitService(e, nil, grpcapi.ServiceOptions{OmitHeaders: true})
+	reqs := make([]*rlsv3.RateLimitRequest, 10000)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlcommonv3.RateLimitDescriptor{
+			{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "user", Value: strconv.Itoa(i)}}}}}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := svc.ShouldRateLimit(context.Background(), reqs[next.Add(1)%int64(len(reqs))])
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				b.Errorf("%v %v", resp.GetOverallCode(), err)
+				return
+			}
+		}
+	})
+}
