@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -73,26 +74,34 @@ func startDaemon(ctx context.Context, ruled, dir, redisURL string, sc driverScen
 		close(d.exited)
 	}()
 	// Compiling a Wasm module takes seconds on a loaded machine.
-	deadline := time.Now().Add(3 * time.Minute)
+	if err := waitOK(ctx, "http://"+addr+"/readyz", d.exited, 3*time.Minute); err != nil {
+		d.stop()
+		return nil, fmt.Errorf("%s: %w\n%s", sc.name, err, d.logTail())
+	}
+	return d, nil
+}
+
+// waitOK polls url until it answers 200, the process whose exit closes
+// exited is gone, ctx ends, or within passes.
+func waitOK(ctx context.Context, url string, exited <-chan struct{}, within time.Duration) error {
+	deadline := time.Now().Add(within)
 	for {
 		select {
-		case <-d.exited:
-			return nil, fmt.Errorf("%s: ruled exited while starting: %s\n%s", sc.name, cmd.ProcessState, d.logTail())
+		case <-exited:
+			return errors.New("exited while starting")
 		case <-ctx.Done():
-			d.stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+		if resp, err := http.Get(url); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return d, nil
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			d.stop()
-			return nil, fmt.Errorf("%s: not ready after 3 minutes\n%s", sc.name, d.logTail())
+			return fmt.Errorf("%s not 200 after %v", url, within)
 		}
 	}
 }

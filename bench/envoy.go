@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -95,28 +93,11 @@ func startRLS(ctx context.Context, name, bin, dir string, env []string, args []s
 		s.conns = append(s.conns, conn)
 		s.clients = append(s.clients, rlsv3.NewRateLimitServiceClient(conn))
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("%s exited while starting\n%s", name, s.logTail())
-		case <-ctx.Done():
-			s.stop()
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if resp, err := http.Get("http://" + s.http + "/healthcheck"); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return nil, fmt.Errorf("%s: not healthy after a minute\n%s", name, s.logTail())
-		}
+	if err := waitOK(ctx, "http://"+s.http+"/healthcheck", s.exited, time.Minute); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("%s: %w\n%s", name, err, s.logTail())
 	}
+	return s, nil
 }
 
 func (s *rlsServer) logTail() string {

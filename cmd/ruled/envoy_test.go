@@ -210,7 +210,7 @@ func TestEnvoyConfigsOverXDS(t *testing.T) {
 	addr := freePort(t)
 	d := spawnServe(t, "--xds-server", cp.Addr, "--xds-node-id", xdstest.NodeID, "--grpc-listen", addr)
 	// Not ready before the first config, and says why.
-	eventually(t, 20*time.Second, "/readyz: no config from the xds server", func() bool {
+	waitFor(t, 20*time.Second, "/readyz: no config from the xds server", func() bool {
 		resp, err := http.Get(d.base + "/readyz")
 		if err != nil {
 			return false

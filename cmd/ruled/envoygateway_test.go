@@ -100,19 +100,6 @@ func (l *statsdListener) has(prefix string) bool {
 	return false
 }
 
-// eventually polls cond every 20 ms until it holds, failing after within.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // TestEnvoyGatewayDeployment runs the binary as Envoy Gateway deploys
 // envoy ratelimit: as /bin/ratelimit, with the environment of Envoy
 // Gateway's default deployment (testdata/envoy-gateway/ratelimit.env; only
@@ -179,9 +166,9 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 
 	// FORCE_START_WITHOUT_INITIAL_CONFIG=true: healthy with no config yet,
 	// once Redis answers; then the pushed config serves.
-	eventually(t, 30*time.Second, "/healthcheck 200", func() bool { return healthcheck() == http.StatusOK })
+	waitFor(t, 30*time.Second, "/healthcheck 200", func() bool { return healthcheck() == http.StatusOK })
 	cp.Push(t, "1", xdstest.Limit("edge", "user", 2))
-	eventually(t, 10*time.Second, "the limit of 2 from version 1", func() bool { n, _ := ask("probe-1"); return n == 2 })
+	waitFor(t, 10*time.Second, "the limit of 2 from version 1", func() bool { n, _ := ask("probe-1"); return n == 2 })
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		if _, code := ask("alice"); code != want {
 			t.Fatalf("alice's request %d (limit 2): %v, want %v", i+1, code, want)
@@ -190,7 +177,7 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 
 	// An update applies within 2 s.
 	cp.Push(t, "2", xdstest.Limit("edge", "user", 5))
-	took := eventually(t, 10*time.Second, "the limit of 5 from version 2", func() bool { n, _ := ask("probe-2"); return n == 5 })
+	took := waitFor(t, 10*time.Second, "the limit of 5 from version 2", func() bool { n, _ := ask("probe-2"); return n == 5 })
 	if took > 2*time.Second {
 		t.Errorf("version 2 served %s after it was pushed, want within 2s", took)
 	}
@@ -199,7 +186,7 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 	bad := xdstest.Limit("edge", "user", 1)
 	bad.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
 	cp.Push(t, "3", bad)
-	eventually(t, 10*time.Second, "the NACK of version 3", func() bool { _, nacks := cp.Seen(); return len(nacks) > 0 })
+	waitFor(t, 10*time.Second, "the NACK of version 3", func() bool { _, nacks := cp.Seen(); return len(nacks) > 0 })
 	if _, nacks := cp.Seen(); !strings.Contains(nacks[0], "rate_limit has no unit") {
 		t.Errorf("NACK %q lacks the reason", nacks[0])
 	}
@@ -211,11 +198,11 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 	cp.Stop()
 	cp.Push(t, "4", xdstest.Limit("edge", "user", 3))
 	cp.Restart(t)
-	eventually(t, 60*time.Second, "the limit of 3 after the xDS server's restart", func() bool { n, _ := ask("probe-4"); return n == 3 })
+	waitFor(t, 60*time.Second, "the limit of 3 after the xDS server's restart", func() bool { n, _ := ask("probe-4"); return n == 3 })
 
 	// envoy ratelimit's stats reach statsd under its names (flushed every
 	// 10 s, envoy ratelimit's default).
-	eventually(t, 30*time.Second, "statsd lines with envoy ratelimit's names", func() bool {
+	waitFor(t, 30*time.Second, "statsd lines with envoy ratelimit's names", func() bool {
 		return statsd.has("ratelimit.service.rate_limit.edge.user.total_hits:") &&
 			statsd.has("ratelimit.service.rate_limit.edge.user.over_limit:") &&
 			statsd.has("ratelimit_server.ShouldRateLimit.total_requests:") &&
@@ -230,7 +217,7 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 		}
 	}
 	rdb.Kill()
-	eventually(t, 30*time.Second, "gRPC health NOT_SERVING with Redis gone", func() bool {
+	waitFor(t, 30*time.Second, "gRPC health NOT_SERVING with Redis gone", func() bool {
 		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
 	})
@@ -361,7 +348,7 @@ func TestEnvoyRatelimitFileMode(t *testing.T) {
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(), "USE_STATSD=false", "LOG_LEVEL=info",
 		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + prom,
 		"CACHE_KEY_PREFIX=eg-", "EXTRA_TAGS=team:edge"}, "envoy-ratelimit")
-	eventually(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
+	waitFor(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
 	c := dialRLS(t, rl.grpc)
 	playEnvoyREADME(t, c)
 
@@ -378,7 +365,7 @@ func TestEnvoyRatelimitFileMode(t *testing.T) {
 	}
 	files["later.yaml"] = later(8, "day")
 	cm.update(files)
-	eventually(t, 20*time.Second, "the ConfigMap update served", func() bool { return limitOf() == 8 })
+	waitFor(t, 20*time.Second, "the ConfigMap update served", func() bool { return limitOf() == 8 })
 	get := func(url string) string {
 		resp, err := http.Get(url)
 		if err != nil {
@@ -394,7 +381,7 @@ func TestEnvoyRatelimitFileMode(t *testing.T) {
 	// A bad update keeps the config that serves.
 	files["later.yaml"] = later(9, "fortnight")
 	cm.update(files)
-	eventually(t, 20*time.Second, "the refusal logged", func() bool { return strings.Contains(rl.logs.String(), "fortnight") })
+	waitFor(t, 20*time.Second, "the refusal logged", func() bool { return strings.Contains(rl.logs.String(), "fortnight") })
 	if n := limitOf(); n != 8 {
 		t.Fatalf("after a bad update the limit is %d, want 8", n)
 	}
@@ -419,7 +406,7 @@ func TestEnvoyHealthyWithConfig(t *testing.T) {
 	rl := startRatelimit(t, buildRuled(t), []string{"RUNTIME_ROOT=" + root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(),
 		"USE_STATSD=false", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"}, "envoy-ratelimit")
 	// Unready for want of a config, and for that alone (/readyz says why).
-	eventually(t, 30*time.Second, "/readyz: no config loaded yet", func() bool {
+	waitFor(t, 30*time.Second, "/readyz: no config loaded yet", func() bool {
 		resp, err := http.Get("http://" + rl.http + "/readyz")
 		if err != nil {
 			return false
@@ -432,7 +419,7 @@ func TestEnvoyHealthyWithConfig(t *testing.T) {
 		t.Fatalf("/healthcheck with no config: %d, want 500", code)
 	}
 	writeFile(t, conf, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n")
-	eventually(t, 30*time.Second, "/healthcheck 200 once a config is loaded", func() bool { return rl.healthcheck() == http.StatusOK })
+	waitFor(t, 30*time.Second, "/healthcheck 200 once a config is loaded", func() bool { return rl.healthcheck() == http.StatusOK })
 }
 
 // connCounter counts the client connections a gRPC client opens.
@@ -460,7 +447,7 @@ func TestEnvoyMaxConnectionAge(t *testing.T) {
 	rdb := redistest.Start(t)
 	rl := startRatelimit(t, buildRuled(t), []string{"RUNTIME_ROOT=" + root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(),
 		"USE_STATSD=false", "GRPC_MAX_CONNECTION_AGE=1s", "GRPC_MAX_CONNECTION_AGE_GRACE=1s"}, "envoy-ratelimit")
-	eventually(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
+	waitFor(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
 	counter := &connCounter{}
 	conn, err := grpc.NewClient(rl.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(counter))
 	if err != nil {
@@ -468,7 +455,7 @@ func TestEnvoyMaxConnectionAge(t *testing.T) {
 	}
 	defer conn.Close()
 	rls := rlsv3.NewRateLimitServiceClient(conn)
-	eventually(t, 30*time.Second, "a second connection after the first grew old", func() bool {
+	waitFor(t, 30*time.Second, "a second connection after the first grew old", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, _ = rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: entriesList("user", "u")}, grpc.WaitForReady(true))

@@ -281,19 +281,9 @@ func float(field func(*envoySettings) *float64) func(*envoySettings, string) err
 // map settings are written.
 func headers(field func(*envoySettings) *map[string]string) func(*envoySettings, string) error {
 	return func(s *envoySettings, v string) error {
-		m := map[string]string{}
-		for kv := range strings.SplitSeq(v, ",") {
-			if strings.TrimSpace(kv) == "" {
-				continue
-			}
-			k, val, ok := strings.Cut(kv, ":")
-			if !ok || strings.TrimSpace(k) == "" {
-				return fmt.Errorf("want key:value pairs separated by commas, got %q", kv)
-			}
-			m[strings.TrimSpace(k)] = strings.TrimSpace(val)
-		}
+		m, err := parsePairs(v, ":")
 		*field(s) = m
-		return nil
+		return err
 	}
 }
 
@@ -307,28 +297,24 @@ func backend(_ *envoySettings, v string) error {
 	return nil
 }
 
-// serveConfig is what serve does for these settings.
+// serveConfig is what serve does for these settings: serve's defaults
+// (its flags, RULED_* variables left alone), with envoy ratelimit's
+// settings over them.
 func (s *envoySettings) serveConfig() (serveConfig, error) {
-	c := serveConfig{
-		listen:       net.JoinHostPort(s.host, strconv.Itoa(s.port)),
-		grpcListen:   net.JoinHostPort(s.grpcHost, strconv.Itoa(s.grpcPort)),
-		debugListen:  net.JoinHostPort(s.debugHost, strconv.Itoa(s.debugPort)),
-		redisTimeout: s.redisTimeout,
-		logFormat:    s.logFormat,
-		trusted:      "127.0.0.0/8,::1/128",
-		watch:        true,
-		pipeline:     true,
-		isolate:      true,
-		builtins:     builtinsNative,
-		refundsFlag:  "allow",
-		mergeDomains: s.mergeDomains,
-		envoy: &envoyServe{
-			grpcMaxAge: s.grpcMaxAge, grpcMaxAgeGrace: s.grpcMaxAgeGrace, grpcOnlyTLS: true,
-			healthNeedsConfig: s.healthyWithConf, noRLSHeaders: !s.responseHeaders, poolSize: s.redisPool,
-		},
+	var c serveConfig
+	if err := serveFlags(&c, io.Discard).Parse(nil); err != nil {
+		return c, err
 	}
-	if c.redisTimeout == 0 {
-		c.redisTimeout = defaultRedisTimeout
+	c.listen = net.JoinHostPort(s.host, strconv.Itoa(s.port))
+	c.grpcListen = net.JoinHostPort(s.grpcHost, strconv.Itoa(s.grpcPort))
+	c.debugListen = net.JoinHostPort(s.debugHost, strconv.Itoa(s.debugPort))
+	c.logFormat, c.mergeDomains = s.logFormat, s.mergeDomains
+	if s.redisTimeout > 0 {
+		c.redisTimeout = s.redisTimeout
+	}
+	c.envoy = &envoyServe{
+		grpcMaxAge: s.grpcMaxAge, grpcMaxAgeGrace: s.grpcMaxAgeGrace, grpcOnlyTLS: true,
+		healthNeedsConfig: s.healthyWithConf, noRLSHeaders: !s.responseHeaders, poolSize: s.redisPool,
 	}
 	switch lv := strings.ToLower(s.logLevel); lv {
 	case "trace", "debug":

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"flag"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,4 +198,21 @@ func TestContainerfileRunsAsRatelimit(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), `ratelimit: PORT="http": want a whole number`) {
 		t.Fatalf("/bin/ratelimit did not run as envoy ratelimit: %v\n%s", err, out)
 	}
+}
+
+// TestServeFlagsDocumented: every flag of ruled serve is in
+// docs/operations.md's table, with its variable.
+func TestServeFlagsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c serveConfig
+	serveFlags(&c, io.Discard).VisitAll(func(f *flag.Flag) {
+		for _, want := range []string{"`--" + f.Name, "`" + envName(f.Name) + "`"} {
+			if !strings.Contains(string(doc), want) {
+				t.Errorf("docs/operations.md does not name %s", want)
+			}
+		}
+	})
 }

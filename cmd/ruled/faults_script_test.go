@@ -199,12 +199,15 @@ func (d *daemon) degradedNow(when, class string) {
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// waitFor polls cond until it holds, failing the test after within, and
+// returns how long that took.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	for deadline := time.Now().Add(within); !cond(); time.Sleep(10 * time.Millisecond) {
+	start := time.Now()
+	for deadline := start.Add(within); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not within %v: %s", within, what)
 		}
 	}
+	return time.Since(start)
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // healthServices are the services an Envoy may health-check over gRPC.
-var healthServices = []string{"", "envoy.service.ratelimit.v3.RateLimitService"}
+var healthServices = []string{"", "envoy.service.ratelimit.v3.RateLimitService", "ratelimit"}
 
 // healthWatch records what the Watch streams of healthServices report.
 type healthWatch struct {

@@ -139,6 +139,9 @@ func importEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) i
 // and translation errors.
 func translateEnvoy(path string) ([]envoyconfig.File, []envoyconfig.Note, error) {
 	srcs, rerr := envoyconfig.ReadSources(path)
+	if rerr == nil && len(srcs) == 0 {
+		return nil, nil, fmt.Errorf("%s: no *.yaml or *.yml files", path) // nothing to import is a mistake
+	}
 	files, notes, terr := envoyconfig.Translate(srcs, envoyconfig.Options{})
 	var more envoyconfig.ErrorList
 	errors.As(terr, &more)

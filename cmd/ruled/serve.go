@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -80,11 +81,33 @@ type envoyServe struct {
 	prometheusPath    string
 }
 
-// defaultRedisTimeout is --redis-timeout's default.
-const defaultRedisTimeout = capability.DefaultTimeout
-
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c serveConfig
+	fs := serveFlags(&c, stderr)
+	if err := parseWithEnv(fs, args); err != nil {
+		return 2
+	}
+	c.xds.useTLS = c.xds.useTLS || c.xds.tlsCA != "" || c.xds.tlsCert != ""
+	if ruleOrigins(c) != 1 || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "ruled serve: one of --rules PATH, --envoy-configs PATH and --xds-server ADDR is required (and no other arguments)")
+		fs.Usage()
+		return 2
+	}
+	log, err := newLogger(stderr, c.logLevel, c.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
+		return 2
+	}
+	if c.tracing, err = tracing.FromEnv(os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
+		return 2
+	}
+	return serveWith(ctx, c, log, stderr)
+}
+
+// serveFlags defines serve's flags on c, with their defaults: the one
+// place those are written (the envoy ratelimit mode starts from them too).
+func serveFlags(c *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("serve", stderr)
 	fs.StringVar(&c.rules, "rules", "", "rule file or directory of *.yaml (required)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "HTTP listen address")
@@ -118,25 +141,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.xds.tlsKey, "xds-tls-key", "", "PEM private key of --xds-tls-cert")
 	fs.StringVar(&c.xds.serverName, "xds-tls-server-name", "", "name to verify the xDS server's certificate against (default: the host of --xds-server)")
 	fs.BoolVar(&c.xds.readyUnconfigured, "xds-ready-without-config", false, "report ready before the first config arrives (serving no rules: every request allowed); by default not ready until then")
-	if err := parseWithEnv(fs, args); err != nil {
-		return 2
-	}
-	c.xds.useTLS = c.xds.useTLS || c.xds.tlsCA != "" || c.xds.tlsCert != ""
-	if ruleOrigins(c) != 1 || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "ruled serve: one of --rules PATH, --envoy-configs PATH and --xds-server ADDR is required (and no other arguments)")
-		fs.Usage()
-		return 2
-	}
-	log, err := newLogger(stderr, c.logLevel, c.logFormat)
-	if err != nil {
-		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
-		return 2
-	}
-	if c.tracing, err = tracing.FromEnv(os.LookupEnv); err != nil {
-		fmt.Fprintf(stderr, "ruled serve: %v\n", err)
-		return 2
-	}
-	return serveWith(ctx, c, log, stderr)
+	return fs
 }
 
 // serveWith checks c and serves it until ctx ends; it returns the exit

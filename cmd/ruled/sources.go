@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/xds"
 	"github.com/ruled-dev/ruled/internal/envoyconfig"
-	"github.com/ruled-dev/ruled/internal/yamlnode"
 	"github.com/ruled-dev/ruled/rules"
 )
 
@@ -87,7 +87,7 @@ func startXDS(ctx context.Context, x xdsConfig, merge bool, onTranslate func([]e
 	if err != nil {
 		return nil, err
 	}
-	md, err := xds.ParseMetadata(x.nodeMetadata)
+	md, err := parsePairs(x.nodeMetadata, "=")
 	if err != nil {
 		return nil, fmt.Errorf("xds node metadata: %w", err)
 	}
@@ -114,9 +114,6 @@ func startXDS(ctx context.Context, x xdsConfig, merge bool, onTranslate func([]e
 // it loads.
 func envoyFileRules(path string, merge bool, onTranslate func([]envoyconfig.File)) host.RuleSource {
 	return host.RuleSource{Origin: path, Read: func(context.Context) (*rules.Files, error) {
-		if names, err := yamlnode.Files(path); err == nil && len(names) == 0 {
-			return rules.ParseSources(nil) // no configs yet: no rules, as envoy ratelimit
-		}
 		srcs, err := envoyconfig.ReadSources(path)
 		if err != nil {
 			return nil, err
@@ -131,4 +128,22 @@ func envoyFileRules(path string, merge bool, onTranslate func([]envoyconfig.File
 		}
 		return parsed, err
 	}}
+}
+
+// parsePairs reads key and value pairs separated by commas, each key and
+// value separated by sep, as envoy ratelimit writes its map settings
+// (node metadata with "=", headers with ":"). Blank entries are skipped.
+func parsePairs(s, sep string) (map[string]string, error) {
+	out := map[string]string{}
+	for kv := range strings.SplitSeq(s, ",") {
+		if strings.TrimSpace(kv) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, sep)
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("want key%svalue pairs separated by commas, got %q", sep, kv)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, nil
 }

@@ -105,7 +105,7 @@ func traceparent(seed byte) (header string, traceID, spanID []byte) {
 func checkTrace(t *testing.T, r *otlpReceiver, traceID, parent []byte, server, check, rule string) receivedSpan {
 	t.Helper()
 	var srv, chk, call receivedSpan
-	eventually(t, 20*time.Second, "the spans of "+server, func() bool {
+	waitFor(t, 20*time.Second, "the spans of "+server, func() bool {
 		var ok1, ok2, ok3 bool
 		srv, ok1 = r.find(traceID, server)
 		chk, ok2 = r.find(traceID, check)
@@ -189,7 +189,7 @@ func TestTracingEnvoyMode(t *testing.T) {
 	rl := startRatelimit(t, buildRuled(t), []string{"RUNTIME_ROOT=" + root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(),
 		"USE_STATSD=false", "TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=grpc", "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + r.addr,
 		"OTEL_BSP_SCHEDULE_DELAY=100"}, "envoy-ratelimit")
-	eventually(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
+	waitFor(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
 	header, traceID, parent := traceparent(0x31)
 	c := dialRLS(t, rl.grpc)
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "traceparent", header), 5*time.Second)

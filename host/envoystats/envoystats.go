@@ -64,16 +64,24 @@ type Options struct {
 // Sink keeps envoy ratelimit's counters and sends them to statsd. Its
 // methods are safe for concurrent use.
 type Sink struct {
-	conn  net.Conn
-	opts  Options
-	log   *slog.Logger
-	keys  atomic.Pointer[map[string]envoyconfig.StatKey]
-	stats sync.Map // stat name → *atomic.Uint64
-	nReq  atomic.Int64
+	conn net.Conn
+	opts Options
+	log  *slog.Logger
+	keys atomic.Pointer[map[string]envoyconfig.StatKey]
 
+	limits sync.Map     // stats key → *limitStats
+	nReq   atomic.Int64 // keys made from requests in limits
+	// The service's counters.
+	calls, redisErrors, serviceErrors, loads, loadErrors atomic.Uint64
+
+	seen    atomic.Int64 // response times offered this interval
 	mu      sync.Mutex
-	samples []float64 // response times in ms
-	seen    int       // samples offered this interval
+	samples []float64 // response times kept, in ms
+}
+
+// limitStats are the counters of one rate limit's stats key.
+type limitStats struct {
+	totalHits, withinLimit, nearLimit, overLimit, overLimitCache, shadowMode atomic.Uint64
 }
 
 // New returns a sink sending to o.Addr; Run flushes it.
@@ -109,35 +117,25 @@ func (s *Sink) SetKeys(files []envoyconfig.File) {
 	s.keys.Store(&m)
 }
 
-// add adds n to the counter name.
-func (s *Sink) add(name string, n uint64) {
-	if n == 0 {
-		return
-	}
-	c, ok := s.stats.Load(name)
-	if !ok {
-		c, _ = s.stats.LoadOrStore(name, new(atomic.Uint64))
-	}
-	c.(*atomic.Uint64).Add(n)
-}
-
 // ConfigLoad counts a config load: config_load_success, or
 // config_load_error when err is not nil.
 func (s *Sink) ConfigLoad(err error) {
 	if err != nil {
-		s.add("ratelimit.service.config_load_error", 1)
+		s.loadErrors.Add(1)
 		return
 	}
-	s.add("ratelimit.service.config_load_success", 1)
+	s.loads.Add(1)
 }
 
 // RateLimitCall counts one ShouldRateLimit call (grpcapi.CallObserver):
 // its descriptors' results in reqs order, how long it took, and its error.
+// A limit's counters are found by its key; only a key made from the
+// request (detailed_metric, limit override) is built per call.
 func (s *Sink) RateLimitCall(req *rlsv3.RateLimitRequest, results []host.Result, took time.Duration, err error) {
-	s.add("ratelimit_server.ShouldRateLimit.total_requests", 1)
+	s.calls.Add(1)
 	s.sample(float64(took) / float64(time.Millisecond))
 	if err != nil {
-		s.add("ratelimit.service.call.should_rate_limit.service_error", 1)
+		s.serviceErrors.Add(1)
 		return
 	}
 	keys := *s.keys.Load()
@@ -159,52 +157,58 @@ func (s *Sink) RateLimitCall(req *rlsv3.RateLimitRequest, results []host.Result,
 			if !ok || rr.Exempt || rr.Err != nil {
 				continue
 			}
-			s.count(s.statKey(req.GetDomain(), d, k), rr, hits)
+			s.count(s.limit(req.GetDomain(), d, k), rr, hits)
 		}
 	}
 	if redisError {
-		s.add("ratelimit.service.call.should_rate_limit.redis_error", 1)
+		s.redisErrors.Add(1)
 	}
 }
 
-// statKey is the key a rule's stats go under for descriptor d.
-func (s *Sink) statKey(domain string, d *rlcommonv3.RateLimitDescriptor, k envoyconfig.StatKey) string {
-	if !k.FromRequest {
-		return k.Key
+// limit is the counters a rule's stats go to for descriptor d: its config
+// key's, or those of the key made from d's entries, while fewer than
+// maxRequestKeys such keys exist.
+func (s *Sink) limit(domain string, d *rlcommonv3.RateLimitDescriptor, k envoyconfig.StatKey) *limitStats {
+	key := k.Key
+	if k.FromRequest {
+		var b strings.Builder
+		b.WriteString(domain)
+		for _, e := range d.GetEntries() {
+			b.WriteByte('.')
+			b.WriteString(e.GetKey())
+			b.WriteByte('_')
+			b.WriteString(e.GetValue())
+		}
+		key = b.String()
 	}
-	var b strings.Builder
-	b.WriteString(domain)
-	for _, e := range d.GetEntries() {
-		b.WriteByte('.')
-		b.WriteString(e.GetKey())
-		b.WriteByte('_')
-		b.WriteString(e.GetValue())
+	if ls, ok := s.limits.Load(key); ok {
+		return ls.(*limitStats)
 	}
-	key := b.String()
-	name := "ratelimit.service.rate_limit." + clean(key) + ".total_hits"
-	if _, ok := s.stats.Load(name); !ok && s.nReq.Add(1) > maxRequestKeys {
-		s.nReq.Add(-1)
-		return k.Key
+	if k.FromRequest && s.nReq.Load() >= maxRequestKeys {
+		key = k.Key
 	}
-	return key
+	ls, loaded := s.limits.LoadOrStore(key, new(limitStats))
+	if !loaded && key != k.Key {
+		s.nReq.Add(1)
+	}
+	return ls.(*limitStats)
 }
 
-// count adds one rule's decision of hits to the stats of key, as envoy
+// count adds one rule's decision of hits to a limit's stats, as envoy
 // ratelimit's base limiter does: within_limit and near_limit for an
 // admission, over_limit (and near_limit for the hits below the limit) for
 // a denial, shadow_mode for a shadow rule's denial.
-func (s *Sink) count(key string, rr *host.RuleResult, hits uint64) {
-	prefix := "ratelimit.service.rate_limit." + clean(key) + "."
-	s.add(prefix+"total_hits", hits)
+func (s *Sink) count(ls *limitStats, rr *host.RuleResult, hits uint64) {
+	ls.totalHits.Add(hits)
 	limit := uint64(max(rr.Limit, 0))
 	near := uint64(math.Floor(float64(limit) * s.opts.NearLimitRatio))
 	remaining := uint64(max(rr.Remaining, 0))
 	if rr.Allowed {
-		s.add(prefix+"within_limit", hits)
+		ls.withinLimit.Add(hits)
 		after := limit - min(remaining, limit)
 		before := after - min(hits, after)
 		if after > near {
-			s.add(prefix+"near_limit", after-max(near, before))
+			ls.nearLimit.Add(after - max(near, before))
 		}
 		return
 	}
@@ -212,16 +216,16 @@ func (s *Sink) count(key string, rr *host.RuleResult, hits uint64) {
 	before := limit - min(remaining, limit)
 	after := before + hits
 	if before >= limit {
-		s.add(prefix+"over_limit", hits)
+		ls.overLimit.Add(hits)
 	} else {
-		s.add(prefix+"over_limit", after-limit)
-		s.add(prefix+"near_limit", limit-max(near, before))
+		ls.overLimit.Add(after - limit)
+		ls.nearLimit.Add(limit - max(near, before))
 	}
 	if rr.FromDenyCache() {
-		s.add(prefix+"over_limit_with_local_cache", hits)
+		ls.overLimitCache.Add(hits)
 	}
 	if rr.Shadow {
-		s.add(prefix+"shadow_mode", hits)
+		ls.shadowMode.Add(hits)
 	}
 }
 
@@ -236,18 +240,24 @@ func clean(key string) string {
 	}, key)
 }
 
-// sample keeps one response time, reservoir-sampled past maxSamples.
+// sample keeps one response time, reservoir-sampled past maxSamples: past
+// the first maxSamples of an interval, the lock is taken only for the
+// samples kept, fewer and fewer.
 func (s *Sink) sample(ms float64) {
+	n := s.seen.Add(1)
+	slot := n - 1
+	if n > maxSamples {
+		if slot = rand.Int64N(n); slot >= maxSamples {
+			return
+		}
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.seen++
-	if len(s.samples) < maxSamples {
+	if int(slot) < len(s.samples) {
+		s.samples[slot] = ms
+	} else {
 		s.samples = append(s.samples, ms)
-		return
 	}
-	if i := rand.IntN(s.seen); i < maxSamples {
-		s.samples[i] = ms
-	}
+	s.mu.Unlock()
 }
 
 // Run flushes every interval until ctx ends, then once more.
@@ -269,18 +279,32 @@ func (s *Sink) Run(ctx context.Context) {
 // kept.
 func (s *Sink) Flush() {
 	var lines []string
-	s.stats.Range(func(k, v any) bool {
-		if n := v.(*atomic.Uint64).Swap(0); n > 0 {
-			lines = append(lines, k.(string)+":"+strconv.FormatUint(n, 10)+"|c")
+	counter := func(name string, c *atomic.Uint64) {
+		if n := c.Swap(0); n > 0 {
+			lines = append(lines, name+":"+strconv.FormatUint(n, 10)+"|c")
 		}
+	}
+	s.limits.Range(func(k, v any) bool {
+		prefix, ls := "ratelimit.service.rate_limit."+clean(k.(string))+".", v.(*limitStats)
+		counter(prefix+"total_hits", &ls.totalHits)
+		counter(prefix+"within_limit", &ls.withinLimit)
+		counter(prefix+"near_limit", &ls.nearLimit)
+		counter(prefix+"over_limit", &ls.overLimit)
+		counter(prefix+"over_limit_with_local_cache", &ls.overLimitCache)
+		counter(prefix+"shadow_mode", &ls.shadowMode)
 		return true
 	})
+	counter("ratelimit_server.ShouldRateLimit.total_requests", &s.calls)
+	counter("ratelimit.service.call.should_rate_limit.redis_error", &s.redisErrors)
+	counter("ratelimit.service.call.should_rate_limit.service_error", &s.serviceErrors)
+	counter("ratelimit.service.config_load_success", &s.loads)
+	counter("ratelimit.service.config_load_error", &s.loadErrors)
 	s.mu.Lock()
-	samples, seen := s.samples, s.seen
-	s.samples, s.seen = nil, 0
+	samples, seen := s.samples, s.seen.Swap(0)
+	s.samples = nil
 	s.mu.Unlock()
 	rate := ""
-	if seen > len(samples) {
+	if int(seen) > len(samples) {
 		rate = "|@" + strconv.FormatFloat(float64(len(samples))/float64(seen), 'f', 6, 64)
 	}
 	for _, ms := range samples {

@@ -10,11 +10,9 @@ package xds
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -63,9 +61,6 @@ type Options struct {
 	BackoffJitter              float64
 	// Logger receives connection changes and each update's outcome.
 	Logger *slog.Logger
-	// OnUpdate, when set, is told of each update's outcome after it was
-	// ACKed (err nil) or NACKed.
-	OnUpdate func(version string, err error)
 	// OnTranslate, when set, is given each update's translation before it
 	// loads (envoystats.Sink.SetKeys).
 	OnTranslate func(files []envoyconfig.File)
@@ -140,8 +135,8 @@ func (c *Client) ReadyErr() error {
 	}
 }
 
-// Origin is how the engine's status names the rules the client loads.
-func (c *Client) Origin() string { return "xds://" + c.opts.Server }
+// origin is how the engine's status names the rules the client loads.
+func (c *Client) origin() string { return "xds://" + c.opts.Server }
 
 // Run dials the server and follows its configs until ctx ends, opening
 // the stream again whenever it ends. It returns nil when ctx ends, or the
@@ -235,9 +230,6 @@ func (c *Client) stream(ctx context.Context, conn *grpc.ClientConn) (received bo
 		if err := send(resp.GetNonce(), lerr); err != nil {
 			return received, err
 		}
-		if c.opts.OnUpdate != nil {
-			c.opts.OnUpdate(resp.GetVersionInfo(), lerr)
-		}
 	}
 }
 
@@ -276,7 +268,7 @@ func (c *Client) apply(ctx context.Context, resp *discoveryv3.DiscoveryResponse)
 		c.opts.OnTranslate(files)
 	}
 	ruleSrcs := envoyconfig.RuleSources(files)
-	_, err = c.engine.LoadFrom(ctx, host.RuleSource{Origin: c.Origin(), Read: func(context.Context) (*rules.Files, error) {
+	_, err = c.engine.LoadFrom(ctx, host.RuleSource{Origin: c.origin(), Read: func(context.Context) (*rules.Files, error) {
 		return rules.ParseSources(ruleSrcs)
 	}})
 	if err != nil {
@@ -299,21 +291,4 @@ func (c *Client) setConnected(v bool) {
 	c.mu.Lock()
 	c.state.Connected = v
 	c.mu.Unlock()
-}
-
-// ParseMetadata parses node metadata written as envoy ratelimit's
-// CONFIG_GRPC_XDS_NODE_METADATA is: key=value pairs separated by commas.
-func ParseMetadata(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for kv := range strings.SplitSeq(s, ",") {
-		if strings.TrimSpace(kv) == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, errors.New("want key=value pairs separated by commas, got " + fmt.Sprintf("%q", kv))
-		}
-		out[k] = v
-	}
-	return out, nil
 }

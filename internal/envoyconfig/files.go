@@ -2,7 +2,6 @@ package envoyconfig
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,14 +15,13 @@ import (
 // for: path itself when it is a file, else the directory's *.yaml and
 // *.yml files (not its subdirectories, not dot files) in name order.
 // Files that cannot be read are errors of the returned ErrorList; the
-// error is of another type only when path itself cannot be read.
+// error is of another type only when path itself cannot be read. A
+// directory without config files gives none, and no error: envoy
+// ratelimit serves no limits from it.
 func ReadSources(path string) ([]Source, error) {
 	names, err := yamlnode.Files(path)
 	if err != nil {
 		return nil, err
-	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("%s: no *.yaml or *.yml files", path)
 	}
 	var srcs []Source
 	var errs ErrorList
