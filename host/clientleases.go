@@ -154,10 +154,14 @@ func (cl *ClientLeases) observeLease(rule string, event LeaseEvent, units int64)
 // same number from each (what a rule took beyond the least any enforcing
 // rule granted goes back at once). It never degrades: when a plugin fails,
 // it gives back what it took and returns the error, and the client asks
-// per request, where the rules' on_error policies apply.
+// per request, where the rules' on_error policies apply. The fleet's lease
+// key is read first: a lease that could not be signed takes nothing.
 func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLease, error) {
 	if req.Permits < 1 || req.Permits > MaxClientLease {
 		return ClientLease{}, fmt.Errorf("lease: permits must be between 1 and %d, got %d", MaxClientLease, req.Permits)
+	}
+	if _, err := cl.currentLeaseKey(ctx); err != nil {
+		return ClientLease{}, fmt.Errorf("lease: %w", err)
 	}
 	b := newBudget(ctx, time.Now(), cl.e.timeout)
 	g := cl.e.gen.Load()

@@ -200,3 +200,23 @@ func returnLease(ctx context.Context, e *host.Engine, ret *host.LeaseReturn) (in
 	r := e.ClientLeases().Return(ctx, []*host.LeaseReturn{ret})[0]
 	return r.Returned, r.Err
 }
+
+// TestClientLeaseTakesNothingUnsigned: when the fleet's lease key cannot
+// be read (here it is not a key: too short), Take fails before it counts
+// anything, so no permit is held by a lease nobody can return.
+func TestClientLeaseTakesNothingUnsigned(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, clientLeaseRules, time.Second)
+	ctx := context.Background()
+	if err := srv.Client().Set(ctx, host.LeaseKeyName(e), "short", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	req := host.Request{IP: "192.0.2.9", Path: "/"}
+	before := peekRemaining(t, e, req, "per-ip")
+	if _, err := e.ClientLeases().Take(ctx, &host.LeaseRequest{Request: req, Permits: 10}); err == nil {
+		t.Fatal("a lease was taken with no lease key to sign it")
+	}
+	if after := peekRemaining(t, e, req, "per-ip"); after != before {
+		t.Fatalf("per-ip has %d left after the refused lease, %d before: the lease took permits", after, before)
+	}
+}

@@ -71,7 +71,7 @@ func (cl *ClientLeases) LoadKey(ctx context.Context) error {
 	return err
 }
 
-// loadLeaseKeyLocked reads the key; e.leaseKey.mu is held.
+// loadLeaseKeyLocked reads the key; cl.key.mu is held.
 func (cl *ClientLeases) loadLeaseKeyLocked(ctx context.Context) ([]byte, error) {
 	e := cl.e
 	fresh := make([]byte, LeaseKeyBytes)

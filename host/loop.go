@@ -56,8 +56,8 @@ const (
 // engine's checks, Envoy's descriptors, client leases, `ruled test` and
 // `ruled replay` all decide through it, with the decider of their world.
 //
-// For each rule in turn: an exempt rule admits and the rules after it
-// still decide; a rule whose expressions failed, or whose plugin failed,
+// For each rule in turn: an exempt rule admits (matching stopped at it:
+// exempt implies stop); a rule whose expressions failed, or whose plugin failed,
 // follows its on_error policy (deny, allow, or local); a shadow rule's
 // denial is recorded and ignored; the first enforced denial ends the
 // request and refunds the grants before it (refundRules). A caller that

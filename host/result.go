@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/ruled-dev/ruled/rules"
@@ -23,6 +24,23 @@ const (
 	// MaxDedupID bounds the length of a check's dedup id, in bytes.
 	MaxDedupID = 256
 )
+
+// CheckHits refuses hits out of ±MaxHits, the bound of every front end and
+// of rule tests; the caller names the field.
+func CheckHits(hits int64) error {
+	if hits < -MaxHits || hits > MaxHits {
+		return fmt.Errorf("must be between %d and %d, got %d", -MaxHits, MaxHits, hits)
+	}
+	return nil
+}
+
+// CheckDedupID refuses a dedup id longer than MaxDedupID.
+func CheckDedupID(id string) error {
+	if len(id) > MaxDedupID {
+		return fmt.Errorf("at most %d bytes, got %d", MaxDedupID, len(id))
+	}
+	return nil
+}
 
 // Request is the HTTP-level view of a request that rules match against.
 type Request = rules.Request

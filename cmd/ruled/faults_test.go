@@ -68,11 +68,11 @@ func buildRuled(t *testing.T) string {
 // faultRules is the rule file of the matrix: a fixed window of 3 per
 // minute on path /open (default on_error: allow) and on /closed
 // (on_error: deny), each per client IP. Its windows are moved (offset) so
-// that the next one begins half a minute after the call: the checks of a
-// test made soon after it (checkLimits' four, a used-up subject asked
-// again) fall in one window.
+// that one begins at the call (redistest.WindowOffset): the checks of a
+// test made in the minute after it (checkLimits' four, a used-up subject
+// asked again), its daemon's start included, fall in one window.
 func faultRules() string {
-	offset := halfWindowOffset(time.Minute)
+	offset := redistest.WindowOffset(time.Minute)
 	return fmt.Sprintf(`rules:
   - name: open
     when: request.path == "/open"
@@ -86,15 +86,6 @@ func faultRules() string {
     config: {limit: 3, window: 1m, offset: %[1]s}
     on_error: deny
 `, offset)
-}
-
-// halfWindowOffset is the fixedwindow offset (0 <= offset < window) for
-// windows of window that puts the next window boundary about half a
-// window from now. A window starts at Redis time minus fmod(now - offset,
-// window), and the Redis of these tests runs on this machine's clock.
-func halfWindowOffset(window time.Duration) string {
-	now, w := time.Now().UnixMilli(), window.Milliseconds()
-	return fmt.Sprintf("%dms", (now+w/2)%w)
 }
 
 // daemon is one ruled process under test.

@@ -46,8 +46,8 @@ directory.
                     error is why a case stopped before its end (Redis failed, a signal), else "";
                     interrupted is true when SIGINT or SIGTERM stopped the run.
 
-Without --redis, decisions come from the reference models of the built-in plugins, in
-process and instantly; rules that use a third-party plugin need --redis. Either way every
+Without --redis, decisions come from the plugins' local models, in process and
+instantly; rules whose plugin has none (Wasm, process plugins) need --redis. Either way every
 request is decided by its plugin: the deny cache and leases, which answer the same or
 more conservatively, are off.
 

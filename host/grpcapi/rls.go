@@ -299,13 +299,14 @@ func descriptorHits(req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescript
 	if d.GetHitsAddend() != nil {
 		hits = d.GetHitsAddend().GetValue()
 	}
-	if hits > host.MaxHits {
-		return 0, fmt.Errorf("hits_addend: at most %d, got %d", host.MaxHits, hits)
-	}
+	n := int64(min(hits, host.MaxHits+1)) // past the bound, by how much does not matter
 	if d.GetIsNegativeHits() {
-		return -int64(hits), nil
+		n = -n
 	}
-	return int64(hits), nil
+	if err := host.CheckHits(n); err != nil {
+		return 0, fmt.Errorf("hits_addend: %w", err)
+	}
+	return n, nil
 }
 
 // reported is the rule a descriptor's status reports: the most restrictive

@@ -33,8 +33,9 @@ import (
 )
 
 // testRules are the fixture's rules. Their windows are moved (offset) so
-// that the next of each begins half a window after the call: the calls of
-// a test made soon after it fall in one window.
+// that each begins at the call (redistest.WindowOffset): the calls of a
+// test made within a window after it, the fixture's start included, fall
+// in one window.
 func testRules() string {
 	return fmt.Sprintf(`rules:
   - name: per-user
@@ -47,16 +48,7 @@ func testRules() string {
     subject: request.ip
     plugin: fixedwindow
     config: {limit: 2, window: 10s, offset: %s}
-`, halfWindowOffset(time.Minute), halfWindowOffset(10*time.Second))
-}
-
-// halfWindowOffset is the fixedwindow offset (0 <= offset < window) for
-// windows of window that puts the next window boundary about half a
-// window from now. A window starts at Redis time minus fmod(now - offset,
-// window), and the Redis of these tests runs on this machine's clock.
-func halfWindowOffset(window time.Duration) string {
-	now, w := time.Now().UnixMilli(), window.Milliseconds()
-	return fmt.Sprintf("%dms", (now+w/2)%w)
+`, redistest.WindowOffset(time.Minute), redistest.WindowOffset(10*time.Second))
 }
 
 type fixture struct {

@@ -18,9 +18,6 @@ import (
 	"github.com/ruled-dev/ruled/host"
 )
 
-// maxDedupID bounds the length of a dedup id.
-const maxDedupID = host.MaxDedupID
-
 // checkBody is the JSON body of POST /v1/check, and of each check of
 // /v1/check/batch and /v1/acquire.
 type checkBody struct {
@@ -224,11 +221,11 @@ func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
 
 // checkLimits refuses hits and dedup ids out of bounds.
 func checkLimits(hits int64, dedupID string) *Error {
-	if hits < -host.MaxHits || hits > host.MaxHits {
-		return newBadRequest("invalid_field", "hits: must be between %d and %d, got %d", -host.MaxHits, host.MaxHits, hits)
+	if err := host.CheckHits(hits); err != nil {
+		return newBadRequest("invalid_field", "hits: %v", err)
 	}
-	if len(dedupID) > maxDedupID {
-		return newBadRequest("invalid_field", "dedup_id: at most %d bytes, got %d", maxDedupID, len(dedupID))
+	if err := host.CheckDedupID(dedupID); err != nil {
+		return newBadRequest("invalid_field", "dedup_id: %v", err)
 	}
 	return nil
 }

@@ -178,8 +178,10 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 			t := leaseTicket{ID: l.ID, Deadline: start.Add(l.TTL).UnixMicro(), Permits: l.Permits, Holds: holds}
 			lease, err := t.encode(r.Context(), s.leaser)
 			if err != nil {
-				// The permits stay counted until their window ends: without
-				// a lease string the client cannot return them.
+				// Take read the lease key before taking, and Sign uses that
+				// key while Redis cannot give a newer one: not reached but
+				// by a bug, and then the permits stay counted to their
+				// window's end.
 				writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "lease_failed", Message: err.Error()})
 				return
 			}

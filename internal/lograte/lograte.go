@@ -68,7 +68,9 @@ func (g *Gate) Allow(key string, now time.Time) (ok bool, suppressed int64) {
 		}
 		cur = s.cur.Load() // another line began the interval first
 	}
-	if cur.used.Add(1) <= g.lines {
+	// Once the interval's lines are spent (an outage: every degraded
+	// decision asks), one atomic write per held-back line.
+	if cur.used.Load() < g.lines && cur.used.Add(1) <= g.lines {
 		return true, 0
 	}
 	s.suppressed.Add(1)

@@ -72,8 +72,8 @@ func (r *rate) add(nowUS int64) {
 	}
 }
 
-// New returns a replayer of set's rules, which must all use built-in
-// plugins (host.ErrNoModel).
+// New returns a replayer of set's rules, whose plugins must all have a
+// local model (host.ErrNoModel).
 func New(set *rules.Set, o Options) (*Replayer, error) {
 	sim, err := host.NewSimulator(set)
 	if err != nil {

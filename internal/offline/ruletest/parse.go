@@ -276,15 +276,15 @@ func (p *parser) parseStep(n *yaml.Node, prev time.Duration) *Step {
 			s.Request.Attrs = p.strMap(v, "attrs")
 		case "hits":
 			if i, ok := p.int(v, "hits"); ok {
-				if i < -host.MaxHits || i > host.MaxHits {
-					p.errorf(v, rules.CodeBadValue, "hits: want %d to %d, got %d", -host.MaxHits, host.MaxHits, i)
+				if err := host.CheckHits(i); err != nil {
+					p.errorf(v, rules.CodeBadValue, "hits: %v", err)
 				}
 				s.Request.Hits = i
 			}
 		case "dedup_id":
 			if id, ok := p.str(v, "dedup_id"); ok {
-				if len(id) > host.MaxDedupID {
-					p.errorf(v, rules.CodeBadValue, "dedup_id: at most %d bytes, got %d", host.MaxDedupID, len(id))
+				if err := host.CheckDedupID(id); err != nil {
+					p.errorf(v, rules.CodeBadValue, "dedup_id: %v", err)
 				}
 				s.Request.DedupID = id
 			}
