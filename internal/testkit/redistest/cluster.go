@@ -16,9 +16,17 @@ import (
 )
 
 // ClusterNodeTimeout is the cluster-node-timeout of the nodes StartCluster
-// starts: short, so that a replica takes over from a killed master within
+// returns: short, so that a replica takes over from a killed master within
 // a few seconds.
 const ClusterNodeTimeout = time.Second
+
+// joinNodeTimeout is the cluster-node-timeout while the cluster forms. A
+// node forgets a peer it was told to MEET when the handshake takes longer
+// than its node timeout, and nothing meets it again: with ClusterNodeTimeout
+// a node stalled for a second on a busy machine would stay out of the
+// cluster for good. So nodes start patient, for the whole formation budget,
+// and get ClusterNodeTimeout once every node knows every other.
+const joinNodeTimeout = clusterStartTimeout
 
 // clusterStartTimeout bounds how long a new cluster may take to agree that
 // every slot is served.
@@ -46,24 +54,7 @@ func StartCluster(tb testing.TB, masters, replicasPerMaster int) *Cluster {
 	dir := tb.TempDir()
 	c := &Cluster{tb: tb}
 	for range masters * (1 + replicasPerMaster) {
-		c.nodes = append(c.nodes, startOn(tb, dir, func(port int) ([]string, error) {
-			bus, err := freePort()
-			for err == nil && bus == port {
-				bus, err = freePort()
-			}
-			if err != nil {
-				return nil, err
-			}
-			return []string{
-				"--cluster-enabled", "yes",
-				"--cluster-port", strconv.Itoa(bus),
-				"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)),
-				"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10),
-				"--cluster-announce-ip", "127.0.0.1",
-				// Replicas sync at once instead of after the default 5 s.
-				"--repl-diskless-sync-delay", "0",
-			}, nil
-		}))
+		c.nodes = append(c.nodes, startClusterNode(tb, dir, joinNodeTimeout))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterStartTimeout)
 	defer cancel()
@@ -76,7 +67,52 @@ func StartCluster(tb testing.TB, masters, replicasPerMaster int) *Cluster {
 	if err := c.wait(ctx); err != nil {
 		tb.Fatalf("redistest: the cluster did not form within %v: %v\nredis-cli said:\n%s", clusterStartTimeout, err, out)
 	}
+	for _, n := range c.nodes {
+		if err := n.setNodeTimeout(ctx, ClusterNodeTimeout); err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+	}
 	return c
+}
+
+// startClusterNode starts one cluster-enabled redis-server with the given
+// cluster-node-timeout, its cluster bus on a free port of its own.
+func startClusterNode(tb testing.TB, dir string, nodeTimeout time.Duration) *Server {
+	tb.Helper()
+	return startOn(tb, dir, func(port int) ([]string, error) {
+		bus, err := freePort()
+		for err == nil && bus == port {
+			bus, err = freePort()
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []string{
+			"--cluster-enabled", "yes",
+			"--cluster-port", strconv.Itoa(bus),
+			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)),
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+			"--cluster-announce-ip", "127.0.0.1",
+			// Replicas sync at once instead of after the default 5 s.
+			"--repl-diskless-sync-delay", "0",
+		}, nil
+	})
+}
+
+// setNodeTimeout sets a cluster node's cluster-node-timeout, now and for
+// every Restart; StartCluster calls it before any test holds the node.
+func (s *Server) setNodeTimeout(ctx context.Context, d time.Duration) error {
+	ms := strconv.FormatInt(d.Milliseconds(), 10)
+	n := nodeClient(s)
+	defer n.Close()
+	if err := n.ConfigSet(ctx, "cluster-node-timeout", ms).Err(); err != nil {
+		return fmt.Errorf("setting cluster-node-timeout on %s: %w", s.Addr(), err)
+	}
+	s.args = slices.Clone(s.args)
+	if i := slices.Index(s.args, "--cluster-node-timeout"); i >= 0 && i+1 < len(s.args) {
+		s.args[i+1] = ms
+	}
+	return nil
 }
 
 // Nodes returns every node, masters and replicas, in the order they were

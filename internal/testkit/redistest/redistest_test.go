@@ -53,6 +53,14 @@ func TestClusterServesEverySlotAndFailsOver(t *testing.T) {
 	if n := len(c.Nodes()); n != 6 || len(c.Addrs()) != 6 {
 		t.Fatalf("%d nodes, want 6", n)
 	}
+	for _, n := range c.Nodes() {
+		// Failover within seconds needs the short timeout the nodes got
+		// once they had joined.
+		got, err := n.Client().ConfigGet(context.Background(), "cluster-node-timeout").Result()
+		if want := fmt.Sprint(redistest.ClusterNodeTimeout.Milliseconds()); err != nil || got["cluster-node-timeout"] != want {
+			t.Fatalf("%s: cluster-node-timeout %v, %v; want %s", n.Addr(), got, err, want)
+		}
+	}
 	masters := c.Masters()
 	if len(masters) != 3 {
 		t.Fatalf("%d masters, want 3", len(masters))
