@@ -83,15 +83,15 @@ var calendarShape = sdk.NewShape(sdk.FieldAllowed, sdk.FieldGranted, sdk.FieldLi
 // carries the period and Redis time. (examples/plugins/assemblyscript
 // reads the first literal's name and commands from this file.)
 func (Plugin) Info() sdk.Info {
-	return sdk.Info{Name: Name, Version: "1.1.0", Scripts: []sdk.Script{{
+	return sdk.Info{Name: Name, Version: "1.2.0", Scripts: []sdk.Script{{
 		Name:     "decide",
 		Source:   script,
-		Commands: []string{"HMGET", "HGET", "HSET", "HDEL", "DEL", "PEXPIRE"},
+		Commands: []string{"HMGET", "HGET", "HSET", "HINCRBY", "HDEL", "DEL", "PEXPIRE"},
 		Returns:  sdk.DecisionShape,
 	}, {
 		Name:     "calendar",
 		Source:   script,
-		Commands: []string{"HMGET", "HGET", "HSET", "HDEL", "DEL", "PEXPIRE"},
+		Commands: []string{"HMGET", "HGET", "HSET", "HINCRBY", "HDEL", "DEL", "PEXPIRE"},
 		Returns:  calendarShape,
 	}},
 		Traits: sdk.Traits{FirmDenials: true, Leasable: true, Refunds: true},

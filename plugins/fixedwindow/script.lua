@@ -1,6 +1,7 @@
 -- fixedwindow: a counter per window aligned to Redis time plus an offset,
 -- or per calendar period.
--- KEYS[1] counter hash {s = window start (us), n = count}
+-- KEYS[1] counter hash {s = window start (us), n = count, e = window end
+-- (us)}, expiring a second after the window ends
 -- KEYS[2] dedup hash {dedup_id = "<window start>:<granted>"}
 -- ARGV: limit (0 blocks), window_us, offset_us, hits, dedup_id, best_effort (0|1)
 -- Reply: {allowed, granted, limit, remaining, reset_us, retry_after_us}
@@ -63,7 +64,7 @@ if limit == 0 and hits >= 0 then
   return reply(0, 0, 0, 0, reset)
 end
 
-local cur = redis.call('HMGET', KEYS[1], 's', 'n')
+local cur = redis.call('HMGET', KEYS[1], 's', 'n', 'e')
 local count = 0
 if cur[1] == start_s then
   count = tonumber(cur[2]) or 0
@@ -82,9 +83,21 @@ local function recorded()
   return tonumber(string.sub(prev, sep + 1))
 end
 
-local function store()
-  redis.call('HSET', KEYS[1], 's', start_s, 'n', count)
-  redis.call('PEXPIRE', KEYS[1], ttl_ms)
+-- store writes count, changed by delta. A window's first write sets the
+-- hash and its expiry (the window's end plus a second); later writes in
+-- the window only add, one command instead of two, unless the window's
+-- end moved (a rule's new window that starts where the old one did) or
+-- the hash predates its end field.
+local stop_s = string.format('%d', stop)
+local fresh = cur[1] ~= start_s or cur[3] ~= stop_s or not tonumber(cur[2])
+local function store(delta)
+  if fresh then
+    redis.call('HSET', KEYS[1], 's', start_s, 'n', count, 'e', stop_s)
+    redis.call('PEXPIRE', KEYS[1], ttl_ms)
+    fresh = false
+  else
+    redis.call('HINCRBY', KEYS[1], 'n', delta)
+  end
 end
 
 if hits == 0 then
@@ -109,7 +122,7 @@ if hits < 0 then
   refund = math.min(refund, count)
   if refund > 0 then
     count = count - refund
-    store()
+    store(-refund)
   end
   return reply(1, -refund, limit, math.max(limit - count, 0), 0)
 end
@@ -127,7 +140,7 @@ elseif best and count < limit then
 end
 if granted > 0 then
   count = count + granted
-  store()
+  store(granted)
   if dedup ~= '' then
     redis.call('HSET', KEYS[2], dedup, start_s .. ':' .. string.format('%d', granted))
     redis.call('PEXPIRE', KEYS[2], ttl_ms)

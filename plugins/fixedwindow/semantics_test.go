@@ -1,6 +1,8 @@
 package fixedwindow_test
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -241,5 +243,71 @@ func TestConfigErrorsOfWindowAndOffset(t *testing.T) {
 		if _, err := fixedwindow.New().Configure(raw); err != nil {
 			t.Errorf("%v: %v, want accepted", raw, err)
 		}
+	}
+}
+
+// counterKey returns the counter hash of rule r's subject, the one key of
+// the subject with a window start field.
+func counterKey(t *testing.T, env *plugintest.Env, subject string) string {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := env.Redis.Client().Keys(ctx, "ruled:fixedwindow:r:{"+subject+"}:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if ok, _ := env.Redis.Client().HExists(ctx, k, "s").Result(); ok {
+			return k
+		}
+	}
+	t.Fatalf("no counter hash among %v", keys)
+	return ""
+}
+
+// TestLongerWindowOfTheSameStartKeepsTheCountAlive: writes within a window
+// only add to the count, but a rule's new window that starts where the old
+// one did and ends later moves the counter's expiry to its own end, so the
+// count outlives the old window's end.
+func TestLongerWindowOfTheSameStartKeepsTheCountAlive(t *testing.T) {
+	env := plugintest.NewEnv(t)
+	setClock(env, time.Date(2026, 10, 2, 12, 0, 30, 0, time.UTC))
+	decide(t, env, map[string]any{"limit": 5, "window": "1m"}, hit("s", 1))
+	decide(t, env, map[string]any{"limit": 5, "window": "1m"}, hit("s", 1))
+	k := counterKey(t, env, "s")
+	ttl1m := env.Redis.Client().PTTL(context.Background(), k).Val()
+	if d := decide(t, env, map[string]any{"limit": 5, "window": "2m"}, hit("s", 1)); d.Remaining != 2 {
+		t.Fatalf("window 2m starting at the same instant: %+v, want remaining 2", d)
+	}
+	// 30 s of the 1m window were left, 90 s of the 2m one.
+	if ttl := env.Redis.Client().PTTL(context.Background(), k).Val(); ttl < ttl1m+50*time.Second || ttl > 92*time.Second {
+		t.Fatalf("counter expires in %v after the 2m window's write (%v under 1m), want about 91s", ttl, ttl1m)
+	}
+}
+
+// TestCountOfAHashWithoutItsEndIsKept: a counter written before the hash
+// recorded its window's end (fixedwindow 1.1) keeps its count, and gets
+// the end and its expiry with the next write.
+func TestCountOfAHashWithoutItsEndIsKept(t *testing.T) {
+	env := plugintest.NewEnv(t)
+	at := time.Date(2026, 10, 2, 12, 0, 30, 0, time.UTC)
+	setClock(env, at)
+	ctx := context.Background()
+	k := "ruled:fixedwindow:r:{s}:c"
+	start := at.Truncate(time.Minute).UnixMicro()
+	if err := env.Redis.Client().HSet(ctx, k, "s", start, "n", 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if k2 := counterKey(t, env, "s"); k2 != k {
+		t.Fatalf("counter key is %s, not %s: the test writes the wrong one", k2, k)
+	}
+	if d := decide(t, env, map[string]any{"limit": 5, "window": "1m"}, hit("s", 1)); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("%+v, want allowed with remaining 1 (3 counted before, 1 now)", d)
+	}
+	h := env.Redis.Client().HGetAll(ctx, k).Val()
+	if h["n"] != "4" || h["e"] != strconv.FormatInt(start+time.Minute.Microseconds(), 10) {
+		t.Fatalf("counter %v, want n 4 and e the window's end", h)
+	}
+	if ttl := env.Redis.Client().PTTL(ctx, k).Val(); ttl <= 0 || ttl > 32*time.Second {
+		t.Fatalf("counter expires in %v, want the window's end plus a second (31s)", ttl)
 	}
 }
