@@ -231,8 +231,8 @@ func runEnvoy(c config) error {
 		}
 	}
 	type sample struct {
-		r              *result
-		cpuUS, redisUS float64 // per decision
+		r                     *result
+		cpuUS, redisUS, reads float64 // per decision
 	}
 	samples := make([][]sample, len(servers))
 	for round := 0; round < c.rounds; round++ {
@@ -253,6 +253,10 @@ func runEnvoy(c config) error {
 			if err != nil {
 				return err
 			}
+			reads0, err := redisReads(ctx, st.Client())
+			if err != nil {
+				return err
+			}
 			r := s.load(ctx, users, c.conc, c.duration)
 			cpu1, _, err := treeCPU(s.cmd.Process.Pid)
 			if err != nil {
@@ -262,11 +266,15 @@ func runEnvoy(c config) error {
 			if err != nil {
 				return err
 			}
+			reads1, err := redisReads(ctx, st.Client())
+			if err != nil {
+				return err
+			}
 			if r.errors > 0 || r.decisions == 0 {
 				return fmt.Errorf("%s: round %d: %d calls, %d failed\n%s", s.name, round+1, r.decisions, r.errors, s.logTail())
 			}
 			n := float64(r.decisions)
-			samples[i] = append(samples[i], sample{r, float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, float64((redis1 - redis0).Nanoseconds()) / 1e3 / n})
+			samples[i] = append(samples[i], sample{r, float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, float64((redis1 - redis0).Nanoseconds()) / 1e3 / n, float64(reads1-reads0) / n})
 		}
 	}
 
@@ -274,16 +282,16 @@ func runEnvoy(c config) error {
 	fmt.Fprintf(w, "Envoy RLS (gRPC ShouldRateLimit, one descriptor): ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server,\n", c.envoy)
 	fmt.Fprintf(w, "%d concurrent calls over %d connections, %d rounds of %v each, alternating, %d subjects; load %s\n\n",
 		c.conc, conns, c.rounds, c.duration, c.subjects, readLoadAvg())
-	fmt.Fprintf(w, "server\tcalls/s (median)\tmin–max\tp50\tp99\tserver CPU µs/call\tRedis CPU µs/call\t\n")
+	fmt.Fprintf(w, "server\tcalls/s (median)\tmin–max\tp50\tp99\tserver CPU µs/call\tRedis CPU µs/call\tRedis reads/call\t\n")
 	for i, s := range servers {
-		var rates, cpus, reds []float64
+		var rates, cpus, reds, reads []float64
 		var rs []*result
 		for _, x := range samples[i] {
-			rates, cpus, reds, rs = append(rates, x.r.rate()), append(cpus, x.cpuUS), append(reds, x.redisUS), append(rs, x.r)
+			rates, cpus, reds, reads, rs = append(rates, x.r.rate()), append(cpus, x.cpuUS), append(reds, x.redisUS), append(reads, x.reads), append(rs, x.r)
 		}
 		m := medianRound(rs)
-		fmt.Fprintf(w, "%s\t%.0f\t%.0f–%.0f\t%v\t%v\t%.1f\t%.1f\t\n", s.name, median(rates), slices.Min(rates), slices.Max(rates),
-			m.percentile(0.50).Round(time.Microsecond), m.percentile(0.99).Round(time.Microsecond), median(cpus), median(reds))
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f–%.0f\t%v\t%v\t%.1f\t%.1f\t%.2f\t\n", s.name, median(rates), slices.Min(rates), slices.Max(rates),
+			m.percentile(0.50).Round(time.Microsecond), m.percentile(0.99).Round(time.Microsecond), median(cpus), median(reds), median(reads))
 	}
 	var rateRatio, cpuRatio, redisRatio []float64
 	for r := range samples[0] {

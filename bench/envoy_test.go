@@ -44,8 +44,21 @@ func TestEnvoyHarness(t *testing.T) {
 	if err := s.probe(ctx); err != nil {
 		t.Fatal(err)
 	}
+	reads0, err := redisReads(ctx, st.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := s.load(ctx, []string{"a", "b", "c"}, 4, 200*time.Millisecond)
 	if r.errors > 0 || r.decisions == 0 {
 		t.Fatalf("%d calls, %d failed\n%s", r.decisions, r.errors, s.logTail())
+	}
+	// Every call reached Redis in some read, and no call took more than
+	// one (beside a few for INFO and new connections).
+	reads1, err := redisReads(ctx, st.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := reads1 - reads0; n <= 0 || n > r.decisions+16 {
+		t.Fatalf("%d reads for %d calls", n, r.decisions)
 	}
 }
