@@ -46,6 +46,17 @@
 //	git clone https://github.com/envoyproxy/ratelimit && (cd ratelimit && go build -o /tmp/envoy-ratelimit ./src/service_cmd)
 //	go run ./bench -envoy /tmp/envoy-ratelimit -concurrency 64 -rounds 6 -duration 5s
 //
+// # Script cost
+//
+// With -script-cost it measures where Redis's time per decision goes: a
+// bare script call, a decision's reply, TIME, ruled's prelude and reply cap,
+// and fixedwindow's production script, each row one piece more than the
+// one above, and envoy ratelimit's two plain commands beside them; each
+// step is driven through go-redis's autopipeliner, as the capability sends
+// calls, and reports Redis's CPU per call and its time inside the commands:
+//
+//	go run ./bench -script-cost -concurrency 64 -rounds 5 -duration 3s
+//
 // # Drivers
 //
 // With -drivers it measures the plugin drivers instead (issue 18), each in
@@ -103,6 +114,8 @@ type config struct {
 	ab string // the A/B mode's LABEL=BINARY list
 
 	envoy string // the envoy mode's envoy ratelimit binary
+
+	scriptCost bool // the script-cost mode
 }
 
 func main() {
@@ -119,6 +132,7 @@ func main() {
 	flag.BoolVar(&c.json, "json", false, "with -drivers: write the report as JSON")
 	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
 	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit, this binary built from source (see the package comment)")
+	flag.BoolVar(&c.scriptCost, "script-cost", false, "measure Redis's time per call piece by piece, from a bare script call to fixedwindow's (see the package comment)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if c.rounds < 1 {
@@ -142,6 +156,8 @@ func main() {
 		runMode = runEnvoy
 	case c.drivers:
 		runMode = runDrivers
+	case c.scriptCost:
+		runMode = runScriptCost
 	}
 	if err := runMode(c); err != nil {
 		pprof.StopCPUProfile()

@@ -1,0 +1,197 @@
+package main
+
+// The script-cost mode (-script-cost): where Redis's time per decision
+// goes, one piece at a time (issue 40).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+)
+
+// costStep is one row of the script-cost breakdown: a Redis call made of
+// the row above it and one more piece.
+type costStep struct {
+	name, adds string
+	// src is the script's source; empty for plain commands.
+	src string
+}
+
+// decisionReply is a fixedwindow decision's reply: six integers.
+const decisionReply = "return {1, 1, 1000000000, 999999999, 60000000, 0}"
+
+// costSteps are the rows, each adding one piece to the previous, ending
+// with fixedwindow's production script as the capability registers it and,
+// for comparison, envoy ratelimit's two plain commands.
+func costSteps() []costStep {
+	var decide string
+	for _, s := range fixedwindow.New().Info().Scripts {
+		if s.Name == "decide" {
+			decide = capability.Source(fixedwindow.Name, s.Name, s.Source)
+		}
+	}
+	return []costStep{
+		{"evalsha", "a script call (return 1)", "return 1"},
+		{"reply", "+ a decision's reply (6 integers)", decisionReply},
+		{"time", "+ TIME", "redis.call('TIME')\n" + decisionReply},
+		{"wrapped", "+ ruled's prelude and reply cap", capability.Source("bench", "wrapped", "redis.call('TIME')\n"+decisionReply)},
+		{"fixedwindow", "fixedwindow's decide, a grant", decide},
+		{"incrby+expire", "envoy ratelimit's INCRBY + EXPIRE, no script", ""},
+	}
+}
+
+// costRow is one step's measurement in one round.
+type costRow struct {
+	calls int64
+	// cpuUS is Redis's CPU time per call; cmdUS the time Redis spent in the
+	// calls' top-level commands (INFO commandstats), without reading and
+	// writing them.
+	cpuUS, cmdUS float64
+}
+
+// measureCost drives step for d from conc goroutines through go-redis's
+// autopipeliner, as the capability sends script calls, with fixedwindow's
+// keys and arguments for one of subjects per call.
+func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.AutoPipeliner, step costStep, subjects, conc int, d time.Duration) (costRow, error) {
+	sha := ""
+	if step.src != "" {
+		var err error
+		if sha, err = client.ScriptLoad(ctx, step.src).Result(); err != nil {
+			return costRow{}, fmt.Errorf("%s: SCRIPT LOAD: %w", step.name, err)
+		}
+	}
+	if err := client.ConfigResetStat(ctx).Err(); err != nil {
+		return costRow{}, err
+	}
+	cpu0, err := redisCPU(ctx, client)
+	if err != nil {
+		return costRow{}, err
+	}
+	window := strconv.FormatInt(time.Minute.Microseconds(), 10)
+	r := drive(step.name, d, conc, func(i int) error {
+		tag := "{" + strconv.Itoa(i%subjects) + "}"
+		var cmds []redis.Cmder
+		if sha != "" {
+			cmds = append(cmds, redis.NewCmd(ctx, "evalsha", sha, 2, "bench:fixedwindow:"+tag+":c", "bench:fixedwindow:"+tag+":d",
+				"", "1000000000", window, "0", "1", "", "0"))
+		} else {
+			key := "bench_" + tag + "_" + window
+			cmds = append(cmds, redis.NewCmd(ctx, "incrby", key, 1), redis.NewCmd(ctx, "expire", key, 60))
+		}
+		futures := make([]redis.AutoFuture, len(cmds))
+		for j, c := range cmds {
+			futures[j] = ap.Submit(ctx, c)
+		}
+		for j, f := range futures {
+			if err := f.Wait(); err != nil {
+				return err
+			}
+			if err := cmds[j].Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if r.errors > 0 || r.decisions == 0 {
+		return costRow{}, fmt.Errorf("%s: %d calls, %d failed", step.name, r.decisions, r.errors)
+	}
+	cpu1, err := redisCPU(ctx, client)
+	if err != nil {
+		return costRow{}, err
+	}
+	stats, err := client.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return costRow{}, err
+	}
+	top := []string{"evalsha"}
+	if sha == "" {
+		top = []string{"incrby", "expire"}
+	}
+	var usec int64
+	for _, cmd := range top {
+		usec += commandUsec(stats, cmd)
+	}
+	n := float64(r.decisions)
+	return costRow{calls: r.decisions, cpuUS: float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, cmdUS: float64(usec) / n}, nil
+}
+
+// commandUsec is the usec INFO commandstats reports for cmd.
+func commandUsec(stats, cmd string) int64 {
+	for _, line := range strings.Split(stats, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// runScriptCost measures costSteps against one Redis (a private
+// redis-server unless -redis names one), -rounds times interleaved, and
+// reports each step's Redis CPU per call, its time in commands, and what it
+// adds to the step above.
+func runScriptCost(c config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	st, _, err := openRedis(ctx, c.redisURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	client := st.Client()
+	ap, err := autoPipeliner(client)
+	if err != nil {
+		return err
+	}
+	defer ap.Close()
+	steps := costSteps()
+	rows := make([][]costRow, len(steps))
+	for round := 0; round < c.rounds; round++ {
+		for i, s := range steps {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			r, err := measureCost(ctx, client, ap, s, c.subjects, c.conc, c.duration)
+			if err != nil {
+				return err
+			}
+			rows[i] = append(rows[i], r)
+		}
+	}
+	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
+	fmt.Fprintf(w, "Redis's time per call, piece by piece: %d concurrent callers through go-redis's autopipeliner, %d subjects,\n", c.conc, c.subjects)
+	fmt.Fprintf(w, "%d rounds of %v per step, interleaved; load %s\n\n", c.rounds, c.duration, readLoadAvg())
+	fmt.Fprintf(w, "step\twhat it is\tRedis CPU µs/call (median)\tmin–max\tin commands µs/call\tadds µs (CPU)\t\n")
+	prev := 0.0
+	for i, s := range steps {
+		var cpus, cmds []float64
+		for _, r := range rows[i] {
+			cpus, cmds = append(cpus, r.cpuUS), append(cmds, r.cmdUS)
+		}
+		adds := "—"
+		if i > 0 && s.src != "" {
+			adds = fmt.Sprintf("%+.2f", median(cpus)-prev)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%.2f\t%.2f–%.2f\t%.2f\t%s\t\n", s.name, s.adds, median(cpus), slices.Min(cpus), slices.Max(cpus), median(cmds), adds)
+		prev = median(cpus)
+	}
+	return w.Flush()
+}

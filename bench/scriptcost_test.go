@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestScriptCostSteps runs every step of -script-cost briefly against a
+// private redis-server: each makes calls that Redis counts, and the
+// fixedwindow step grants, so its hash holds the count.
+func TestScriptCostSteps(t *testing.T) {
+	ctx := context.Background()
+	st, _, err := openRedis(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	client := st.Client()
+	ap, err := autoPipeliner(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ap.Close()
+	for _, s := range costSteps() {
+		r, err := measureCost(ctx, client, ap, s, 3, 4, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.calls == 0 || r.cpuUS <= 0 || r.cmdUS <= 0 {
+			t.Errorf("%s: %+v, want calls that cost Redis time", s.name, r)
+		}
+		if s.name != "fixedwindow" {
+			continue
+		}
+		var counted int64
+		for i := range 3 {
+			n, err := client.HGet(ctx, "bench:fixedwindow:{"+strconv.Itoa(i)+"}:c", "n").Int64()
+			if err != nil {
+				t.Fatalf("subject %d: %v", i, err)
+			}
+			counted += n
+		}
+		if counted != r.calls {
+			t.Errorf("fixedwindow counted %d grants for %d calls", counted, r.calls)
+		}
+	}
+}
+
+func TestCommandUsec(t *testing.T) {
+	stats := "# Commandstats\r\ncmdstat_evalsha:calls=3,usec=42,usec_per_call=14.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_eval:calls=1,usec=7,usec_per_call=7.00,rejected_calls=0,failed_calls=0\r\n"
+	if got := commandUsec(stats, "evalsha"); got != 42 {
+		t.Errorf("evalsha: %d, want 42", got)
+	}
+	if got := commandUsec(stats, "eval"); got != 7 {
+		t.Errorf("eval: %d, want 7", got)
+	}
+	if got := commandUsec(stats, "time"); got != 0 {
+		t.Errorf("time: %d, want 0 (absent)", got)
+	}
+}
