@@ -47,7 +47,9 @@ func costSteps() []costStep {
 		{"reply", "+ a decision's reply (6 integers)", decisionReply},
 		{"time", "+ TIME", "redis.call('TIME')\n" + decisionReply},
 		{"wrapped", "+ ruled's prelude and reply cap", capability.Source("bench", "wrapped", "redis.call('TIME')\n"+decisionReply)},
-		{"fixedwindow", "fixedwindow's decide, a grant", decide},
+		{"commands", "+ a grant's HMGET and HINCRBY", capability.Source("bench", "commands", "redis.call('TIME')\n"+
+			"redis.call('HMGET', KEYS[1], 's', 'n', 'e')\nredis.call('HINCRBY', KEYS[1], 'n', 1)\n"+decisionReply)},
+		{"fixedwindow", "+ the rest of fixedwindow's decide", decide},
 		{"incrby+expire", "envoy ratelimit's INCRBY + EXPIRE, no script", ""},
 	}
 }
@@ -63,7 +65,7 @@ type costRow struct {
 
 // measureCost drives step for d from conc goroutines through go-redis's
 // autopipeliner, as the capability sends script calls, with fixedwindow's
-// keys and arguments for one of subjects per call.
+// arguments and keys for one of subjects per call (bench:STEP:{N}:c and :d).
 func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.AutoPipeliner, step costStep, subjects, conc int, d time.Duration) (costRow, error) {
 	sha := ""
 	if step.src != "" {
@@ -84,7 +86,7 @@ func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.Au
 		tag := "{" + strconv.Itoa(i%subjects) + "}"
 		var cmds []redis.Cmder
 		if sha != "" {
-			cmds = append(cmds, redis.NewCmd(ctx, "evalsha", sha, 2, "bench:fixedwindow:"+tag+":c", "bench:fixedwindow:"+tag+":d",
+			cmds = append(cmds, redis.NewCmd(ctx, "evalsha", sha, 2, "bench:"+step.name+":"+tag+":c", "bench:"+step.name+":"+tag+":d",
 				"", "1000000000", window, "0", "1", "", "0"))
 		} else {
 			key := "bench_" + tag + "_" + window
