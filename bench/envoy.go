@@ -282,16 +282,21 @@ func runEnvoy(c config) error {
 	fmt.Fprintf(w, "Envoy RLS (gRPC ShouldRateLimit, one descriptor): ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server,\n", c.envoy)
 	fmt.Fprintf(w, "%d concurrent calls over %d connections, %d rounds of %v each, alternating, %d subjects; load %s\n\n",
 		c.conc, conns, c.rounds, c.duration, c.subjects, readLoadAvg())
-	fmt.Fprintf(w, "server\tcalls/s (median)\tmin–max\tp50\tp99\tserver CPU µs/call\tRedis CPU µs/call\tRedis reads/call\t\n")
+	fmt.Fprintf(w, "server\tcalls/s (median)\tmin–max\tp50\tp99\tserver CPU µs/call\tRedis CPU µs/call\tRedis reads/call\tpeak RSS MB\t\n")
 	for i, s := range servers {
+		mem, _, err := treeMem(s.cmd.Process.Pid)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
 		var rates, cpus, reds, reads []float64
 		var rs []*result
 		for _, x := range samples[i] {
 			rates, cpus, reds, reads, rs = append(rates, x.r.rate()), append(cpus, x.cpuUS), append(reds, x.redisUS), append(reads, x.reads), append(rs, x.r)
 		}
 		m := medianRound(rs)
-		fmt.Fprintf(w, "%s\t%.0f\t%.0f–%.0f\t%v\t%v\t%.1f\t%.1f\t%.2f\t\n", s.name, median(rates), slices.Min(rates), slices.Max(rates),
-			m.percentile(0.50).Round(time.Microsecond), m.percentile(0.99).Round(time.Microsecond), median(cpus), median(reds), median(reads))
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f–%.0f\t%v\t%v\t%.1f\t%.1f\t%.2f\t%.0f\t\n", s.name, median(rates), slices.Min(rates), slices.Max(rates),
+			m.percentile(0.50).Round(time.Microsecond), m.percentile(0.99).Round(time.Microsecond), median(cpus), median(reds), median(reads),
+			float64(mem.hwmKB)/1024)
 	}
 	var rateRatio, cpuRatio, redisRatio []float64
 	for r := range samples[0] {

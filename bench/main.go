@@ -41,7 +41,8 @@
 // the same gRPC client (Envoy's ShouldRateLimit, one descriptor per call);
 // it reports calls per second, latency, each server's CPU per call and
 // Redis's, Redis reads per call (below 1 when calls share pipelined
-// reads), and ruled's ratios to envoy ratelimit round by round:
+// reads), each server's peak RSS, and ruled's ratios to envoy ratelimit
+// round by round:
 //
 //	git clone https://github.com/envoyproxy/ratelimit && (cd ratelimit && go build -o /tmp/envoy-ratelimit ./src/service_cmd)
 //	go run ./bench -envoy /tmp/envoy-ratelimit -concurrency 64 -rounds 6 -duration 5s
