@@ -23,12 +23,15 @@ import (
 )
 
 // envoyConfig is the config both servers load: every request is one
-// descriptor user=N counted under a limit it never reaches, and a probe
-// key that checks they decide alike.
+// descriptor, user=N counted under a limit it never reaches or denied=N
+// under a limit of 1 that setup exhausts, and a probe key that checks they
+// decide alike.
 const envoyConfig = `domain: bench
 descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
+  - key: denied
+    rate_limit: {unit: hour, requests_per_unit: 1}
   - key: probe
     rate_limit: {unit: hour, requests_per_unit: 3}
 `
@@ -144,15 +147,31 @@ func (s *rlsServer) probe(ctx context.Context) error {
 }
 
 // load drives ShouldRateLimit from conc goroutines for d, each request a
-// user of subjects.
-func (s *rlsServer) load(ctx context.Context, users []string, conc int, d time.Duration) *result {
+// user of subjects; with halfDenied every other request is instead one of
+// the denied keys (exhausted by exhaust), which must be denied.
+func (s *rlsServer) load(ctx context.Context, users []string, halfDenied bool, conc int, d time.Duration) *result {
 	return drive(s.name, d, conc, func(i int) error {
-		code, err := s.ask(ctx, i, "user", users[i%len(users)])
-		if err == nil && code != rlsv3.RateLimitResponse_OK {
-			err = fmt.Errorf("%v", code)
+		key, want := "user", rlsv3.RateLimitResponse_OK
+		if halfDenied && i%2 == 1 {
+			key, want = "denied", rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		code, err := s.ask(ctx, i, key, users[i/2%len(users)])
+		if err == nil && code != want {
+			err = fmt.Errorf("%s: %v, want %v", key, code, want)
 		}
 		return err
 	})
+}
+
+// exhaust takes the one request each denied=N key allows, so that every
+// later one is denied.
+func (s *rlsServer) exhaust(ctx context.Context, users []string) error {
+	for _, u := range users {
+		if _, err := s.ask(ctx, 0, "denied", u); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return nil
 }
 
 // runEnvoy compares ruled, run as envoy ratelimit (`ruled envoy-ratelimit`,
@@ -160,7 +179,8 @@ func (s *rlsServer) load(ctx context.Context, users []string, conc int, d time.D
 // from source (-envoy BINARY): both read the same config directory and
 // environment, share one private redis-server, and are driven in turn by
 // the same gRPC client at -concurrency for -duration, -rounds times,
-// alternating which goes first. It reports each one's decisions per
+// alternating which goes first, under two loads: every call allowed, and
+// every other call denied. It reports each one's decisions per
 // second, latency, CPU per decision (its process) and Redis CPU per
 // decision, and ruled's ratios to envoy ratelimit in each round.
 func runEnvoy(c config) error {
@@ -226,7 +246,10 @@ func runEnvoy(c config) error {
 		users[i] = strconv.Itoa(i)
 	}
 	for _, s := range servers { // warm up, outside the measurement
-		if r := s.load(ctx, users, c.conc, min(c.duration, 2*time.Second)); r.errors > 0 {
+		if err := s.exhaust(ctx, users); err != nil {
+			return err
+		}
+		if r := s.load(ctx, users, true, c.conc, min(c.duration, 2*time.Second)); r.errors > 0 {
 			return fmt.Errorf("%s: %d failed calls while warming up\n%s", s.name, r.errors, s.logTail())
 		}
 	}
@@ -234,83 +257,105 @@ func runEnvoy(c config) error {
 		r                     *result
 		cpuUS, redisUS, reads float64 // per decision
 	}
-	samples := make([][]sample, len(servers))
+	measure := func(s *rlsServer, halfDenied bool) (sample, error) {
+		cpu0, _, err := treeCPU(s.cmd.Process.Pid)
+		if err != nil {
+			return sample{}, err
+		}
+		redis0, err := redisCPU(ctx, st.Client())
+		if err != nil {
+			return sample{}, err
+		}
+		reads0, err := redisReads(ctx, st.Client())
+		if err != nil {
+			return sample{}, err
+		}
+		r := s.load(ctx, users, halfDenied, c.conc, c.duration)
+		cpu1, _, err := treeCPU(s.cmd.Process.Pid)
+		if err != nil {
+			return sample{}, err
+		}
+		redis1, err := redisCPU(ctx, st.Client())
+		if err != nil {
+			return sample{}, err
+		}
+		reads1, err := redisReads(ctx, st.Client())
+		if err != nil {
+			return sample{}, err
+		}
+		if r.errors > 0 || r.decisions == 0 {
+			return sample{}, fmt.Errorf("%s: %d calls, %d failed\n%s", s.name, r.decisions, r.errors, s.logTail())
+		}
+		n := float64(r.decisions)
+		return sample{r, float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, float64((redis1 - redis0).Nanoseconds()) / 1e3 / n, float64(reads1-reads0) / n}, nil
+	}
+	phases := []struct {
+		name       string
+		halfDenied bool
+	}{{"allowed", false}, {"half denied", true}}
+	// samples[phase][server] holds one sample per round.
+	samples := make([][][]sample, len(phases))
+	for p := range phases {
+		samples[p] = make([][]sample, len(servers))
+	}
 	for round := 0; round < c.rounds; round++ {
 		order := []int{0, 1}
 		if round%2 == 1 {
 			order = []int{1, 0}
 		}
-		for _, i := range order {
-			if err := ctx.Err(); err != nil {
-				return err
+		for p, ph := range phases {
+			for _, i := range order {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				x, err := measure(servers[i], ph.halfDenied)
+				if err != nil {
+					return fmt.Errorf("%s, round %d: %w", ph.name, round+1, err)
+				}
+				samples[p][i] = append(samples[p][i], x)
 			}
-			s := servers[i]
-			cpu0, _, err := treeCPU(s.cmd.Process.Pid)
-			if err != nil {
-				return err
-			}
-			redis0, err := redisCPU(ctx, st.Client())
-			if err != nil {
-				return err
-			}
-			reads0, err := redisReads(ctx, st.Client())
-			if err != nil {
-				return err
-			}
-			r := s.load(ctx, users, c.conc, c.duration)
-			cpu1, _, err := treeCPU(s.cmd.Process.Pid)
-			if err != nil {
-				return err
-			}
-			redis1, err := redisCPU(ctx, st.Client())
-			if err != nil {
-				return err
-			}
-			reads1, err := redisReads(ctx, st.Client())
-			if err != nil {
-				return err
-			}
-			if r.errors > 0 || r.decisions == 0 {
-				return fmt.Errorf("%s: round %d: %d calls, %d failed\n%s", s.name, round+1, r.decisions, r.errors, s.logTail())
-			}
-			n := float64(r.decisions)
-			samples[i] = append(samples[i], sample{r, float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, float64((redis1 - redis0).Nanoseconds()) / 1e3 / n, float64(reads1-reads0) / n})
 		}
 	}
 
 	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
 	fmt.Fprintf(w, "Envoy RLS (gRPC ShouldRateLimit, one descriptor): ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server,\n", c.envoy)
-	fmt.Fprintf(w, "%d concurrent calls over %d connections, %d rounds of %v each, alternating, %d subjects; load %s\n\n",
+	fmt.Fprintf(w, "%d concurrent calls over %d connections, %d rounds of %v each per load, alternating, %d subjects; load %s\n",
 		c.conc, conns, c.rounds, c.duration, c.subjects, readLoadAvg())
-	fmt.Fprintf(w, "server\tcalls/s (median)\tmin–max\tp50\tp99\tserver CPU µs/call\tRedis CPU µs/call\tRedis reads/call\tpeak RSS MB\t\n")
-	for i, s := range servers {
+	for p, ph := range phases {
+		fmt.Fprintf(w, "\n%s\tcalls/s (median)\tmin–max\tp50\tp99\tserver CPU µs/call\tRedis CPU µs/call\tRedis reads/call\t\n", ph.name)
+		for i, s := range servers {
+			var rates, cpus, reds, reads []float64
+			var rs []*result
+			for _, x := range samples[p][i] {
+				rates, cpus, reds, reads, rs = append(rates, x.r.rate()), append(cpus, x.cpuUS), append(reds, x.redisUS), append(reads, x.reads), append(rs, x.r)
+			}
+			m := medianRound(rs)
+			fmt.Fprintf(w, "%s\t%.0f\t%.0f–%.0f\t%v\t%v\t%.1f\t%.1f\t%.2f\t\n", s.name, median(rates), slices.Min(rates), slices.Max(rates),
+				m.percentile(0.50).Round(time.Microsecond), m.percentile(0.99).Round(time.Microsecond), median(cpus), median(reds), median(reads))
+		}
+		var rateRatio, cpuRatio, redisRatio []float64
+		for r := range samples[p][0] {
+			a, b := samples[p][0][r], samples[p][1][r]
+			rateRatio = append(rateRatio, a.r.rate()/b.r.rate())
+			cpuRatio = append(cpuRatio, a.cpuUS/b.cpuUS)
+			redisRatio = append(redisRatio, a.redisUS/b.redisUS)
+		}
+		fmt.Fprintf(w, "\nruled / envoy ratelimit (%s), per round\tmedian\tmin–max\t\n", ph.name)
+		for _, x := range []struct {
+			name string
+			v    []float64
+		}{{"calls/s", rateRatio}, {"server CPU per call", cpuRatio}, {"Redis CPU per call", redisRatio}} {
+			fmt.Fprintf(w, "%s\t%.2f\t%.2f–%.2f\t\n", x.name, median(x.v), slices.Min(x.v), slices.Max(x.v))
+		}
+	}
+	fmt.Fprintf(w, "\npeak RSS (VmHWM)\t")
+	for _, s := range servers {
 		mem, _, err := treeMem(s.cmd.Process.Pid)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		var rates, cpus, reds, reads []float64
-		var rs []*result
-		for _, x := range samples[i] {
-			rates, cpus, reds, reads, rs = append(rates, x.r.rate()), append(cpus, x.cpuUS), append(reds, x.redisUS), append(reads, x.reads), append(rs, x.r)
-		}
-		m := medianRound(rs)
-		fmt.Fprintf(w, "%s\t%.0f\t%.0f–%.0f\t%v\t%v\t%.1f\t%.1f\t%.2f\t%.0f\t\n", s.name, median(rates), slices.Min(rates), slices.Max(rates),
-			m.percentile(0.50).Round(time.Microsecond), m.percentile(0.99).Round(time.Microsecond), median(cpus), median(reds), median(reads),
-			float64(mem.hwmKB)/1024)
+		fmt.Fprintf(w, "%s %.0f MB\t", s.name, float64(mem.hwmKB)/1024)
 	}
-	var rateRatio, cpuRatio, redisRatio []float64
-	for r := range samples[0] {
-		a, b := samples[0][r], samples[1][r]
-		rateRatio = append(rateRatio, a.r.rate()/b.r.rate())
-		cpuRatio = append(cpuRatio, a.cpuUS/b.cpuUS)
-		redisRatio = append(redisRatio, a.redisUS/b.redisUS)
-	}
-	fmt.Fprintf(w, "\nruled / envoy ratelimit, per round\tmedian\tmin–max\t\n")
-	for _, x := range []struct {
-		name string
-		v    []float64
-	}{{"calls/s", rateRatio}, {"server CPU per call", cpuRatio}, {"Redis CPU per call", redisRatio}} {
-		fmt.Fprintf(w, "%s\t%.2f\t%.2f–%.2f\t\n", x.name, median(x.v), slices.Min(x.v), slices.Max(x.v))
-	}
+	fmt.Fprintln(w)
 	return w.Flush()
 }

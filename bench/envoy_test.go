@@ -12,7 +12,8 @@ import (
 
 // TestEnvoyHarness runs the -envoy mode's plumbing on ruled alone: a
 // server started from envoy ratelimit's environment answers the probe as
-// the config says and takes load without a failed call.
+// the config says and takes both loads, allowed and half denied, without a
+// failed call.
 func TestEnvoyHarness(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -48,7 +49,8 @@ func TestEnvoyHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := s.load(ctx, []string{"a", "b", "c"}, 4, 200*time.Millisecond)
+	users := []string{"a", "b", "c"}
+	r := s.load(ctx, users, false, 4, 200*time.Millisecond)
 	if r.errors > 0 || r.decisions == 0 {
 		t.Fatalf("%d calls, %d failed\n%s", r.decisions, r.errors, s.logTail())
 	}
@@ -60,5 +62,16 @@ func TestEnvoyHarness(t *testing.T) {
 	}
 	if n := reads1 - reads0; n <= 0 || n > r.decisions+16 {
 		t.Fatalf("%d reads for %d calls", n, r.decisions)
+	}
+	// Half denied: the denied keys' one request is taken first; then every
+	// other call must be denied and the rest allowed.
+	if err := s.exhaust(ctx, users); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.load(ctx, users, true, 4, 200*time.Millisecond); r.errors > 0 || r.decisions == 0 {
+		t.Fatalf("half denied: %d calls, %d failed\n%s", r.decisions, r.errors, s.logTail())
+	}
+	if r := s.load(ctx, []string{"fresh"}, true, 1, 50*time.Millisecond); r.errors == 0 {
+		t.Fatal("half denied on a key never exhausted: no call failed, want the first denied-key call allowed and counted as a failure")
 	}
 }

@@ -38,8 +38,10 @@
 // envoy-ratelimit`, built from this repository) with envoy ratelimit built
 // from source: both read one envoy config directory with the same
 // environment, share one private redis-server, and are driven in turn by
-// the same gRPC client (Envoy's ShouldRateLimit, one descriptor per call);
-// it reports calls per second, latency, each server's CPU per call and
+// the same gRPC client (Envoy's ShouldRateLimit, one descriptor per call)
+// under two loads, every call allowed and every other call denied (keys
+// under a limit of 1 that setup exhausts); for each it reports calls per
+// second, latency, each server's CPU per call and
 // Redis's, Redis reads per call (below 1 when calls share pipelined
 // reads), each server's peak RSS, and ruled's ratios to envoy ratelimit
 // round by round:
