@@ -257,29 +257,29 @@ func runEnvoy(c config) error {
 		r                     *result
 		cpuUS, redisUS, reads float64 // per decision
 	}
+	// usage is what one load costs: the server's CPU, Redis's CPU and
+	// Redis's reads so far.
+	type usage struct {
+		cpu, redis time.Duration
+		reads      int64
+	}
+	snapshot := func(s *rlsServer) (u usage, err error) {
+		if u.cpu, _, err = treeCPU(s.cmd.Process.Pid); err != nil {
+			return u, err
+		}
+		if u.redis, err = redisCPU(ctx, st.Client()); err != nil {
+			return u, err
+		}
+		u.reads, err = redisReads(ctx, st.Client())
+		return u, err
+	}
 	measure := func(s *rlsServer, halfDenied bool) (sample, error) {
-		cpu0, _, err := treeCPU(s.cmd.Process.Pid)
-		if err != nil {
-			return sample{}, err
-		}
-		redis0, err := redisCPU(ctx, st.Client())
-		if err != nil {
-			return sample{}, err
-		}
-		reads0, err := redisReads(ctx, st.Client())
+		u0, err := snapshot(s)
 		if err != nil {
 			return sample{}, err
 		}
 		r := s.load(ctx, users, halfDenied, c.conc, c.duration)
-		cpu1, _, err := treeCPU(s.cmd.Process.Pid)
-		if err != nil {
-			return sample{}, err
-		}
-		redis1, err := redisCPU(ctx, st.Client())
-		if err != nil {
-			return sample{}, err
-		}
-		reads1, err := redisReads(ctx, st.Client())
+		u1, err := snapshot(s)
 		if err != nil {
 			return sample{}, err
 		}
@@ -287,7 +287,7 @@ func runEnvoy(c config) error {
 			return sample{}, fmt.Errorf("%s: %d calls, %d failed\n%s", s.name, r.decisions, r.errors, s.logTail())
 		}
 		n := float64(r.decisions)
-		return sample{r, float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, float64((redis1 - redis0).Nanoseconds()) / 1e3 / n, float64(reads1-reads0) / n}, nil
+		return sample{r, float64((u1.cpu - u0.cpu).Nanoseconds()) / 1e3 / n, float64((u1.redis - u0.redis).Nanoseconds()) / 1e3 / n, float64(u1.reads-u0.reads) / n}, nil
 	}
 	phases := []struct {
 		name       string
