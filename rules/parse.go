@@ -246,7 +246,7 @@ func (p *parser) boolean(n *yaml.Node, rule, field string) bool {
 			return b
 		}
 	}
-	p.errorf(n, rule, CodeBadValue, "%s: want true or false, got %s", field, describe(n))
+	p.errorf(n, rule, CodeBadValue, "%s: want true or false, got %s", field, yamlnode.Describe(n))
 	return false
 }
 
@@ -283,18 +283,8 @@ func (p *parser) leaseSize(n *yaml.Node, rule string) int64 {
 			return v
 		}
 	}
-	p.errorf(n, rule, CodeBadValue, "lease: want a whole number of permits from 0 to %d, got %s", MaxLease, describe(n))
+	p.errorf(n, rule, CodeBadValue, "lease: want a whole number of permits from 0 to %d, got %s", MaxLease, yamlnode.Describe(n))
 	return 0
-}
-
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	}
-	return strconv.Quote(n.Value)
 }
 
 // topFields are the keys of a rule file's top-level mapping, besides the

@@ -2,7 +2,6 @@ package envoyconfig
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -390,21 +389,10 @@ func (p *parser) boolean(n *yaml.Node, field string) bool {
 func (p *parser) uint32(n *yaml.Node, field string) (uint32, bool) {
 	var v uint32
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
-		p.errorf(n, CodeBadValue, "%s: want a whole number from 0 to 4294967295, got %s", field, shortText(n))
+		p.errorf(n, CodeBadValue, "%s: want a whole number from 0 to 4294967295, got %s", field, yamlnode.Describe(n))
 		return 0, false
 	}
 	return v, true
-}
-
-// shortText describes a node in an error message.
-func shortText(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	}
-	return strconv.Quote(n.Value)
 }
 
 // describe names a descriptor in a message: key "k" or key "k" value "v".

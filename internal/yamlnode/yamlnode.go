@@ -28,6 +28,18 @@ func Resolve(n *yaml.Node) *yaml.Node {
 	return n
 }
 
+// Describe names a value in an error message: "a mapping", "a list", or
+// the scalar quoted.
+func Describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return strconv.Quote(n.Value)
+}
+
 // IsNull reports whether n is absent or a YAML null.
 func IsNull(n *yaml.Node) bool {
 	return n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")

@@ -35,3 +35,17 @@ func TestPairs(t *testing.T) {
 		t.Error("IsNull")
 	}
 }
+
+func TestDescribe(t *testing.T) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(`[{a: 1}, [1], "say \"hi\"", 7]`), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range doc.Content[0].Content {
+		got = append(got, yamlnode.Describe(n))
+	}
+	if want := []string{"a mapping", "a list", `"say \"hi\""`, `"7"`}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Describe: %q, want %q", got, want)
+	}
+}
