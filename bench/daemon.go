@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ruled-dev/ruled/host/store"
@@ -26,12 +25,10 @@ import (
 
 // daemon is one running `ruled serve`.
 type daemon struct {
-	sc      driverScenario
-	cmd     *exec.Cmd
-	url     string // POST /v1/check
-	logPath string
-	exited  chan struct{} // closed when the process has exited
-	hc      *http.Client
+	*proc
+	sc  driverScenario
+	url string // POST /v1/check
+	hc  *http.Client
 }
 
 // startDaemon starts `ruled serve` for sc in dir, on a free loopback port,
@@ -47,32 +44,21 @@ func startDaemon(ctx context.Context, ruled, dir, redisURL string, sc driverScen
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	logPath := filepath.Join(dir, sc.name+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", sc.name, err)
-	}
 	args := append([]string{"serve", "--rules", rules, "--listen", addr, "--redis", redisURL}, sc.args...)
 	cmd := exec.Command(ruled, args...)
 	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The default configuration: no RULED_* variable of this shell.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "RULED_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
+	p, err := startProc(cmd, filepath.Join(dir, sc.name+".log"))
+	if err != nil {
 		return nil, fmt.Errorf("%s: starting ruled: %w", sc.name, err)
 	}
-	d := &daemon{sc: sc, cmd: cmd, url: "http://" + addr + "/v1/check", logPath: logPath, exited: make(chan struct{}),
+	d := &daemon{proc: p, sc: sc, url: "http://" + addr + "/v1/check",
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}}
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(d.exited)
-	}()
 	// Compiling a Wasm module takes seconds on a loaded machine.
 	if err := waitOK(ctx, "http://"+addr+"/readyz", d.exited, 3*time.Minute); err != nil {
 		d.stop()
@@ -106,29 +92,11 @@ func waitOK(ctx context.Context, url string, exited <-chan struct{}, within time
 	}
 }
 
-// logTail is the last lines of the daemon's log.
-func (d *daemon) logTail() string {
-	b, err := os.ReadFile(d.logPath)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-15):], "\n")
-}
-
-// stop asks ruled to stop (SIGTERM) and kills it after 10 seconds.
+// stop closes the client's connections and stops ruled.
 func (d *daemon) stop() {
 	d.hc.CloseIdleConnections()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(10 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.exited
-	}
+	d.proc.stop()
 }
-
-func (d *daemon) pid() int { return d.cmd.Process.Pid }
 
 // check asks one check and wants it allowed and not degraded: the rule
 // decides through its driver.

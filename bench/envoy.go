@@ -39,13 +39,11 @@ descriptors:
 // rlsServer is one rate limit service under load: ruled as envoy
 // ratelimit, or envoy ratelimit itself.
 type rlsServer struct {
+	*proc
 	name    string
-	cmd     *exec.Cmd
 	http    string
 	conns   []*grpc.ClientConn
 	clients []rlsv3.RateLimitServiceClient
-	logPath string
-	exited  chan struct{}
 }
 
 // startRLS runs bin with envoy ratelimit's environment env plus its own
@@ -70,20 +68,13 @@ func startRLS(ctx context.Context, name, bin, dir string, env []string, args []s
 	}
 	env = append(slices.Clone(env), "HOST="+addrs[0][0], "PORT="+addrs[0][1], "GRPC_HOST="+addrs[1][0], "GRPC_PORT="+addrs[1][1],
 		"DEBUG_HOST="+addrs[2][0], "DEBUG_PORT="+addrs[2][1], "PATH="+os.Getenv("PATH"))
-	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env, cmd.Dir = env, dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
+	p, err := startProc(cmd, filepath.Join(dir, name+".log"))
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s := &rlsServer{name: name, cmd: cmd, http: net.JoinHostPort(addrs[0][0], addrs[0][1]), logPath: logPath, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logFile.Close(); close(s.exited) }()
+	s := &rlsServer{proc: p, name: name, http: net.JoinHostPort(addrs[0][0], addrs[0][1])}
 	grpcAddr := net.JoinHostPort(addrs[1][0], addrs[1][1])
 	for range conns {
 		// One connection each: Envoy spreads its calls over a few
@@ -103,23 +94,12 @@ func startRLS(ctx context.Context, name, bin, dir string, env []string, args []s
 	return s, nil
 }
 
-func (s *rlsServer) logTail() string {
-	b, _ := os.ReadFile(s.logPath)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-20):], "\n")
-}
-
+// stop closes the client's connections and stops the server.
 func (s *rlsServer) stop() {
 	for _, c := range s.conns {
 		_ = c.Close()
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
+	s.proc.stop()
 }
 
 // ask calls ShouldRateLimit once for key=value on connection i.
@@ -264,7 +244,7 @@ func runEnvoy(c config) error {
 		reads      int64
 	}
 	snapshot := func(s *rlsServer) (u usage, err error) {
-		if u.cpu, _, err = treeCPU(s.cmd.Process.Pid); err != nil {
+		if u.cpu, _, err = treeCPU(s.pid()); err != nil {
 			return u, err
 		}
 		if u.redis, err = redisCPU(ctx, st.Client()); err != nil {
@@ -350,7 +330,7 @@ func runEnvoy(c config) error {
 	}
 	fmt.Fprintf(w, "\npeak RSS (VmHWM)\t")
 	for _, s := range servers {
-		mem, _, err := treeMem(s.cmd.Process.Pid)
+		mem, _, err := treeMem(s.pid())
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
