@@ -154,15 +154,81 @@ func (s *rlsServer) exhaust(ctx context.Context, users []string) error {
 	return nil
 }
 
+// loadHTTP drives envoy ratelimit's HTTP face, POST /json, with wrk and
+// bench/envoy-json.lua (script) from conc connections for d over users
+// user=N values; with halfDenied every other request is instead one of the
+// denied keys. Every response must be 200, or 429 for the denied keys.
+func (s *rlsServer) loadHTTP(ctx context.Context, w *wrkRunner, script string, users int, halfDenied bool, conc int, d time.Duration) (*result, error) {
+	half := "0"
+	if halfDenied {
+		half = "1"
+	}
+	r, out, err := w.runScript(ctx, script, "http://"+s.http+"/json", d, conc, strconv.Itoa(users), half)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.name, err)
+	}
+	ok, over, other, err := parseStatus(out)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.name, err)
+	}
+	if err := wantStatuses(ok, over, other, halfDenied, conc); err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", s.name, err, s.logTail())
+	}
+	return r, nil
+}
+
+// wantStatuses checks the responses of an HTTP load by status: none but
+// 200 and 429; no 429 when every request is allowed; when every other one
+// is denied, as many 429s as 200s, give or take the conc requests still in
+// flight when the load stopped and one for each of wrk's two threads, which
+// may stop between a pair.
+func wantStatuses(ok, over, other int64, halfDenied bool, conc int) error {
+	switch {
+	case other > 0:
+		return fmt.Errorf("%d responses neither 200 nor 429 (%d 200, %d 429)", other, ok, over)
+	case !halfDenied && over > 0:
+		return fmt.Errorf("%d of %d requests denied, want none", over, ok+over)
+	case halfDenied && (ok-over > int64(conc)+2 || over-ok > int64(conc)+2):
+		return fmt.Errorf("%d requests allowed and %d denied, want half each", ok, over)
+	}
+	return nil
+}
+
+// envoyBinary is envoy ratelimit's binary: src itself, or, when src is a
+// source tree (github.com/envoyproxy/ratelimit), the binary built from it
+// into dir. label names it in the report, with the tree's commit when it is
+// a git checkout.
+func envoyBinary(ctx context.Context, src, dir string) (bin, label string, err error) {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return "", "", fmt.Errorf("-envoy: %w", err)
+	}
+	if !fi.IsDir() {
+		return src, src, nil
+	}
+	bin = filepath.Join(dir, "envoy-ratelimit")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./src/service_cmd")
+	build.Dir, build.Env = src, append(os.Environ(), "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("building envoy ratelimit in %s: %v\n%s", src, err, out)
+	}
+	label = "built from " + src
+	if rev, err := exec.CommandContext(ctx, "git", "-C", src, "rev-parse", "--short", "HEAD").Output(); err == nil {
+		label += " at " + strings.TrimSpace(string(rev))
+	}
+	return bin, label, nil
+}
+
 // runEnvoy compares ruled, run as envoy ratelimit (`ruled envoy-ratelimit`,
 // its default configuration for a FILE config), with envoy ratelimit built
-// from source (-envoy BINARY): both read the same config directory and
-// environment, share one private redis-server, and are driven in turn by
-// the same gRPC client at -concurrency for -duration, -rounds times,
-// alternating which goes first, under two loads: every call allowed, and
-// every other call denied. It reports each one's decisions per
-// second, latency, CPU per decision (its process) and Redis CPU per
-// decision, and ruled's ratios to envoy ratelimit in each round.
+// from source (-envoy, envoyBinary): both read the same config directory
+// and environment, share one private redis-server, and are driven in turn
+// for -duration, -rounds times, alternating which goes first, over gRPC
+// (the same client, -concurrency calls) and HTTP (wrk, -concurrency
+// connections), each under two loads: every call allowed, and every other
+// call denied. It reports each one's decisions per second, latency, CPU per
+// decision (its process) and Redis CPU per decision, and ruled's ratios to
+// envoy ratelimit in each round.
 func runEnvoy(c config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -175,6 +241,15 @@ func runEnvoy(c config) error {
 	if err != nil {
 		return err
 	}
+	envoyBin, envoyLabel, err := envoyBinary(ctx, c.envoy, dir)
+	if err != nil {
+		return err
+	}
+	wrk, err := findWrk(ctx)
+	if err != nil {
+		return err
+	}
+	jsonScript := filepath.Join(filepath.Dir(wrk.script), "envoy-json.lua")
 	ruled := filepath.Join(dir, "ruled")
 	build := exec.CommandContext(ctx, "go", "build", "-o", ruled, "./cmd/ruled")
 	build.Dir = root
@@ -209,7 +284,7 @@ func runEnvoy(c config) error {
 	for _, t := range []struct {
 		name, bin string
 		args      []string
-	}{{"ruled", ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", c.envoy, nil}} {
+	}{{"ruled", ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", envoyBin, nil}} {
 		s, err := startRLS(ctx, t.name, t.bin, dir, env, t.args, conns)
 		if err != nil {
 			return err
@@ -232,6 +307,9 @@ func runEnvoy(c config) error {
 		if r := s.load(ctx, users, true, c.conc, min(c.duration, 2*time.Second)); r.errors > 0 {
 			return fmt.Errorf("%s: %d failed calls while warming up\n%s", s.name, r.errors, s.logTail())
 		}
+		if _, err := s.loadHTTP(ctx, wrk, jsonScript, len(users), true, c.conc, time.Second); err != nil {
+			return fmt.Errorf("warming up: %w", err)
+		}
 	}
 	type sample struct {
 		r                     *result
@@ -253,12 +331,19 @@ func runEnvoy(c config) error {
 		u.reads, err = redisReads(ctx, st.Client())
 		return u, err
 	}
-	measure := func(s *rlsServer, halfDenied bool) (sample, error) {
+	measure := func(s *rlsServer, http, halfDenied bool) (sample, error) {
 		u0, err := snapshot(s)
 		if err != nil {
 			return sample{}, err
 		}
-		r := s.load(ctx, users, halfDenied, c.conc, c.duration)
+		var r *result
+		if http {
+			if r, err = s.loadHTTP(ctx, wrk, jsonScript, len(users), halfDenied, c.conc, c.duration); err != nil {
+				return sample{}, err
+			}
+		} else {
+			r = s.load(ctx, users, halfDenied, c.conc, c.duration)
+		}
 		u1, err := snapshot(s)
 		if err != nil {
 			return sample{}, err
@@ -270,9 +355,9 @@ func runEnvoy(c config) error {
 		return sample{r, float64((u1.cpu - u0.cpu).Nanoseconds()) / 1e3 / n, float64((u1.redis - u0.redis).Nanoseconds()) / 1e3 / n, float64(u1.reads-u0.reads) / n}, nil
 	}
 	phases := []struct {
-		name       string
-		halfDenied bool
-	}{{"allowed", false}, {"half denied", true}}
+		name             string
+		http, halfDenied bool
+	}{{"RLS allowed", false, false}, {"RLS half denied", false, true}, {"HTTP allowed", true, false}, {"HTTP half denied", true, true}}
 	// samples[phase][server] holds one sample per round.
 	samples := make([][][]sample, len(phases))
 	for p := range phases {
@@ -288,7 +373,7 @@ func runEnvoy(c config) error {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				x, err := measure(servers[i], ph.halfDenied)
+				x, err := measure(servers[i], ph.http, ph.halfDenied)
 				if err != nil {
 					return fmt.Errorf("%s, round %d: %w", ph.name, round+1, err)
 				}
@@ -298,11 +383,12 @@ func runEnvoy(c config) error {
 	}
 
 	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintf(w, "Envoy RLS (gRPC ShouldRateLimit, one descriptor): ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server,\n", c.envoy)
-	fmt.Fprintf(w, "%d concurrent calls over %d connections, %d rounds of %v each per load, alternating, %d subjects; load %s\n",
-		c.conc, conns, c.rounds, c.duration, c.subjects, readLoadAvg())
+	fmt.Fprintf(w, "ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server, one descriptor per decision:\n", envoyLabel)
+	fmt.Fprintf(w, "RLS: gRPC ShouldRateLimit, %d concurrent calls over %d connections; HTTP: POST /json from wrk, %d connections;\n", c.conc, conns, c.conc)
+	fmt.Fprintf(w, "%d rounds of %v each per load, alternating which server goes first, %d subjects; load %s\n",
+		c.rounds, c.duration, c.subjects, readLoadAvg())
 	for p, ph := range phases {
-		fmt.Fprintf(w, "\n%s\tcalls/s (median)\tmin–max\tp50\tp99\tserver CPU µs/call\tRedis CPU µs/call\tRedis reads/call\t\n", ph.name)
+		fmt.Fprintf(w, "\n%s\tdecisions/s (median)\tmin–max\tp50\tp99\tserver CPU µs/decision\tRedis CPU µs/decision\tRedis reads/decision\t\n", ph.name)
 		for i, s := range servers {
 			var rates, cpus, reds, reads []float64
 			var rs []*result
@@ -313,19 +399,20 @@ func runEnvoy(c config) error {
 			fmt.Fprintf(w, "%s\t%.0f\t%.0f–%.0f\t%v\t%v\t%.1f\t%.1f\t%.2f\t\n", s.name, median(rates), slices.Min(rates), slices.Max(rates),
 				m.percentile(0.50).Round(time.Microsecond), m.percentile(0.99).Round(time.Microsecond), median(cpus), median(reds), median(reads))
 		}
-		var rateRatio, cpuRatio, redisRatio []float64
+		var rateRatio, p99Ratio, cpuRatio, redisRatio []float64
 		for r := range samples[p][0] {
 			a, b := samples[p][0][r], samples[p][1][r]
 			rateRatio = append(rateRatio, a.r.rate()/b.r.rate())
+			p99Ratio = append(p99Ratio, float64(a.r.percentile(0.99))/float64(b.r.percentile(0.99)))
 			cpuRatio = append(cpuRatio, a.cpuUS/b.cpuUS)
 			redisRatio = append(redisRatio, a.redisUS/b.redisUS)
 		}
-		fmt.Fprintf(w, "\nruled / envoy ratelimit (%s), per round\tmedian\tmin–max\t\n", ph.name)
+		fmt.Fprintf(w, "\nruled / envoy ratelimit (%s)\tmedian\tround by round\t\n", ph.name)
 		for _, x := range []struct {
 			name string
 			v    []float64
-		}{{"calls/s", rateRatio}, {"server CPU per call", cpuRatio}, {"Redis CPU per call", redisRatio}} {
-			fmt.Fprintf(w, "%s\t%.2f\t%.2f–%.2f\t\n", x.name, median(x.v), slices.Min(x.v), slices.Max(x.v))
+		}{{"decisions/s", rateRatio}, {"p99", p99Ratio}, {"server CPU per decision", cpuRatio}, {"Redis CPU per decision", redisRatio}} {
+			fmt.Fprintf(w, "%s\t%.2f\t%s\t\n", x.name, median(x.v), roundByRound(x.v))
 		}
 	}
 	fmt.Fprintf(w, "\npeak RSS (VmHWM)\t")
@@ -338,4 +425,13 @@ func runEnvoy(c config) error {
 	}
 	fmt.Fprintln(w)
 	return w.Flush()
+}
+
+// roundByRound lists ratios in the order of the rounds.
+func roundByRound(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(parts, " ")
 }

@@ -49,7 +49,7 @@ func TestEnvoyHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	users := []string{"a", "b", "c"}
+	users := []string{"0", "1", "2"} // as wrk names them
 	r := s.load(ctx, users, false, 4, 200*time.Millisecond)
 	if r.errors > 0 || r.decisions == 0 {
 		t.Fatalf("%d calls, %d failed\n%s", r.decisions, r.errors, s.logTail())
@@ -73,5 +73,103 @@ func TestEnvoyHarness(t *testing.T) {
 	}
 	if r := s.load(ctx, []string{"fresh"}, true, 1, 50*time.Millisecond); r.errors == 0 {
 		t.Fatal("half denied on a key never exhausted: no call failed, want the first denied-key call allowed and counted as a failure")
+	}
+
+	// The same two loads over HTTP, POST /json from wrk.
+	wrk, err := findWrk(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(filepath.Dir(wrk.script), "envoy-json.lua")
+	for _, half := range []bool{false, true} {
+		r, err := s.loadHTTP(ctx, wrk, script, len(users), half, 4, time.Second)
+		if err != nil {
+			t.Fatalf("HTTP, half denied %v: %v", half, err)
+		}
+		if r.decisions == 0 || r.errors > 0 {
+			t.Fatalf("HTTP, half denied %v: %d requests, %d failed", half, r.decisions, r.errors)
+		}
+	}
+	// Over a million users the denied keys are fresh: each allows its first
+	// request, so a half-denied load finds far more 200s than 429s.
+	if _, err := s.loadHTTP(ctx, wrk, script, 1_000_000, true, 4, time.Second); err == nil || !strings.Contains(err.Error(), "want half each") {
+		t.Fatalf("HTTP half denied on keys never exhausted: %v, want too few 429s", err)
+	}
+}
+
+// TestWantStatuses checks the verdict on an HTTP load's statuses.
+func TestWantStatuses(t *testing.T) {
+	for _, c := range []struct {
+		ok, over, other int64
+		half, pass      bool
+	}{
+		{100, 0, 0, false, true},
+		{100, 1, 0, false, false},
+		{100, 0, 1, false, false},
+		{100, 94, 0, true, true},
+		{100, 93, 0, true, false},
+		{94, 100, 0, true, true},
+		{100, 100, 2, true, false},
+	} {
+		err := wantStatuses(c.ok, c.over, c.other, c.half, 4)
+		if (err == nil) != c.pass {
+			t.Errorf("wantStatuses(%d, %d, %d, half %v) = %v, want pass %v", c.ok, c.over, c.other, c.half, err, c.pass)
+		}
+	}
+}
+
+// TestEnvoyBinaryFromSource builds a source tree laid out as envoy
+// ratelimit's (./src/service_cmd) and names its commit; a file is taken as
+// the binary.
+func TestEnvoyBinaryFromSource(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	files := map[string]string{
+		"go.mod":                  "module example.com/ratelimit\n\ngo 1.21\n",
+		"src/service_cmd/main.go": "package main\n\nfunc main() { println(\"built\") }\n",
+	}
+	for name, body := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-C", src, "-c", "user.name=t", "-c", "user.email=t@localhost"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q")
+	git("add", ".")
+	git("commit", "-q", "-m", "tree")
+	rev := git("rev-parse", "--short", "HEAD")
+
+	dir := t.TempDir()
+	bin, label, err := envoyBinary(ctx, src, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin).CombinedOutput(); err != nil || !strings.Contains(string(out), "built") {
+		t.Fatalf("the built binary: %v, %q", err, out)
+	}
+	if !strings.Contains(label, src) || !strings.HasSuffix(label, " at "+rev) {
+		t.Errorf("label %q, want the tree and its commit %s", label, rev)
+	}
+	if got, label, err := envoyBinary(ctx, bin, dir); err != nil || got != bin || label != bin {
+		t.Errorf("a file: %q, %q, %v; want it as it is", got, label, err)
+	}
+	if _, _, err := envoyBinary(ctx, filepath.Join(src, "go.mod"+"x"), dir); err == nil {
+		t.Error("a path that does not exist: no error")
+	}
+	if err := os.Remove(filepath.Join(src, "src/service_cmd/main.go")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := envoyBinary(ctx, src, dir); err == nil || !strings.Contains(err.Error(), "building envoy ratelimit") {
+		t.Errorf("a tree that does not build: %v", err)
 	}
 }

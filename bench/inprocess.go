@@ -212,7 +212,7 @@ func runInProcess(c config) error {
 	// for the Go client and wrk; the floor answers what ruled answered once.
 	var wrk *wrkRunner
 	if selected[scHTTPWrk] || selected[scHTTPFloor] {
-		if wrk, err = findWrk(); err != nil {
+		if wrk, err = findWrk(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "%s and %s skipped: %v\n", scHTTPWrk, scHTTPFloor, err)
 		}
 	}

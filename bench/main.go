@@ -34,20 +34,23 @@
 //
 // # Envoy ratelimit
 //
-// With -envoy BINARY it compares ruled run as envoy ratelimit (`ruled
+// With -envoy SOURCE it compares ruled run as envoy ratelimit (`ruled
 // envoy-ratelimit`, built from this repository) with envoy ratelimit built
-// from source: both read one envoy config directory with the same
-// environment, share one private redis-server, and are driven in turn by
-// the same gRPC client (Envoy's ShouldRateLimit, one descriptor per call)
-// under two loads, every call allowed and every other call denied (keys
-// under a limit of 1 that setup exhausts); for each it reports calls per
-// second, latency, each server's CPU per call and
-// Redis's, Redis reads per call (below 1 when calls share pipelined
-// reads), each server's peak RSS, and ruled's ratios to envoy ratelimit
-// round by round:
+// from SOURCE, a checkout of github.com/envoyproxy/ratelimit (nothing is
+// fetched at run time; SOURCE may also name a binary built from it). Both
+// read one envoy config directory with the same environment, share one
+// private redis-server, and are driven in turn, alternating which goes
+// first, over both of envoy ratelimit's faces: gRPC (Envoy's
+// ShouldRateLimit, one descriptor per call, from a grpc-go client) and
+// HTTP (POST /json from wrk), each under two loads, every call allowed and
+// every other call denied (keys under a limit of 1 that setup exhausts).
+// For each it reports decisions per second, p50 and p99, each server's CPU
+// per decision and Redis's, Redis reads per decision (below 1 when calls
+// share pipelined reads), each server's peak RSS, and ruled's ratios to
+// envoy ratelimit round by round:
 //
-//	git clone https://github.com/envoyproxy/ratelimit && (cd ratelimit && go build -o /tmp/envoy-ratelimit ./src/service_cmd)
-//	go run ./bench -envoy /tmp/envoy-ratelimit -concurrency 64 -rounds 6 -duration 5s
+//	git clone https://github.com/envoyproxy/ratelimit /tmp/envoy-ratelimit
+//	go run ./bench -envoy /tmp/envoy-ratelimit -concurrency 64 -rounds 5 -duration 5s
 //
 // # Script cost
 //
@@ -116,7 +119,7 @@ type config struct {
 
 	ab string // the A/B mode's LABEL=BINARY list
 
-	envoy string // the envoy mode's envoy ratelimit binary
+	envoy string // the envoy mode's envoy ratelimit source tree or binary
 
 	scriptCost bool // the script-cost mode
 }
@@ -134,7 +137,7 @@ func main() {
 	flag.DurationVar(&c.lowDuration, "low-duration", 2*time.Second, "with -drivers: how long each round's low-load pass (one connection) runs per scenario")
 	flag.BoolVar(&c.json, "json", false, "with -drivers: write the report as JSON")
 	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
-	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit, this binary built from source (see the package comment)")
+	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit built from this source tree (or this binary built from it; see the package comment)")
 	flag.BoolVar(&c.scriptCost, "script-cost", false, "measure Redis's time per call piece by piece, from a bare script call to fixedwindow's (see the package comment)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()

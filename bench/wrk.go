@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -16,36 +15,47 @@ import (
 // generator much lighter than Go's HTTP client, and bench/wrk.lua.
 type wrkRunner struct{ bin, script string }
 
-func findWrk() (*wrkRunner, error) {
+// findWrk finds wrk on PATH and bench/wrk.lua in the repository.
+func findWrk(ctx context.Context) (*wrkRunner, error) {
 	bin, err := exec.LookPath("wrk")
 	if err != nil {
-		return nil, errors.New("wrk not installed (apt-get install wrk)")
+		return nil, errors.New("wrk not installed (scripts/deps.sh bench, or apt-get install wrk)")
 	}
-	script, err := filepath.Abs("bench/wrk.lua")
+	root, err := repoRoot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(script); err != nil {
-		return nil, fmt.Errorf("run from the repository root: %w", err)
-	}
-	return &wrkRunner{bin: bin, script: script}, nil
+	return &wrkRunner{bin: bin, script: filepath.Join(root, "bench", "wrk.lua")}, nil
 }
 
-// run drives POST url from conc connections for d (whole seconds, at least 1).
+// run drives POST url from conc connections for d (whole seconds, at least
+// 1) with bench/wrk.lua.
 func (w *wrkRunner) run(ctx context.Context, url string, d time.Duration, conc int) (*result, error) {
-	cmd := exec.CommandContext(ctx, w.bin, "-t", "2", "-c", strconv.Itoa(conc), "-d", fmt.Sprintf("%ds", max(1, int(d.Seconds()))),
-		"-s", w.script, url)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("wrk: %v: %s", err, out)
+	r, _, err := w.runScript(ctx, w.script, url, d, conc)
+	return r, err
+}
+
+// runScript drives url with script, given args, from conc connections for
+// d (whole seconds, at least 1); it returns the figures of the script's
+// RESULT line and wrk's whole output.
+func (w *wrkRunner) runScript(ctx context.Context, script, url string, d time.Duration, conc int, args ...string) (*result, string, error) {
+	line := []string{"-t", "2", "-c", strconv.Itoa(conc), "-d", fmt.Sprintf("%ds", max(1, int(d.Seconds()))), "-s", script, url}
+	if len(args) > 0 {
+		line = append(append(line, "--"), args...)
 	}
-	r, err := parseWrk(string(out))
+	cmd := exec.CommandContext(ctx, w.bin, line...)
+	b, err := cmd.CombinedOutput()
+	out := string(b)
 	if err != nil {
-		return nil, err
+		return nil, out, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	r, err := parseWrk(out)
+	if err != nil {
+		return nil, out, err
 	}
 	r.wrk = true
 	r.wrkCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	return r, nil
+	return r, out, nil
 }
 
 // parseWrk reads the RESULT line bench/wrk.lua writes: requests, duration
@@ -69,4 +79,23 @@ func parseWrk(out string) (*result, error) {
 			fixed: [3]time.Duration{us(v[2]), us(v[3]), us(v[4])}}, nil
 	}
 	return nil, fmt.Errorf("no RESULT line in wrk's output: %s", out)
+}
+
+// parseStatus reads the STATUS line bench/envoy-json.lua writes: how many
+// responses were 200, 429 and anything else.
+func parseStatus(out string) (ok, over, other int64, err error) {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 || f[0] != "STATUS" {
+			continue
+		}
+		var v [3]int64
+		for i := range v {
+			if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+				return 0, 0, 0, fmt.Errorf("wrk's STATUS line %q: %w", line, err)
+			}
+		}
+		return v[0], v[1], v[2], nil
+	}
+	return 0, 0, 0, fmt.Errorf("no STATUS line in wrk's output: %s", out)
 }

@@ -21,3 +21,16 @@ func TestParseWrk(t *testing.T) {
 		t.Error("bad number: no error")
 	}
 }
+
+func TestParseStatus(t *testing.T) {
+	ok, over, other, err := parseStatus("RESULT 30 1000 1 2 3 0\nSTATUS 15 14 1\n")
+	if err != nil || ok != 15 || over != 14 || other != 1 {
+		t.Errorf("parseStatus = %d, %d, %d, %v; want 15, 14, 1, nil", ok, over, other, err)
+	}
+	if _, _, _, err := parseStatus("RESULT 30 1000 1 2 3 0\n"); err == nil {
+		t.Error("no STATUS line: no error")
+	}
+	if _, _, _, err := parseStatus("STATUS 1 x 0"); err == nil {
+		t.Error("bad number: no error")
+	}
+}

@@ -6,7 +6,8 @@
 #                           examples/proxies/nginx and examples/proxies/caddy),
 #                           chromium (the headless test of the status page,
 #                           host/ui), and node and npm (they build the
-#                           AssemblyScript plugin of examples/plugins/assemblyscript)
+#                           AssemblyScript plugin of examples/plugins/assemblyscript),
+#                           and wrk (bench's tests drive HTTP loads with it)
 #   scripts/deps.sh bench   redis-server and wrk (the load harness)
 set -euo pipefail
 mode=${1:-test}
@@ -21,7 +22,7 @@ if [ "$mode" = test ]; then
   command -v node >/dev/null 2>&1 || need+=(nodejs)
   command -v npm >/dev/null 2>&1 || need+=(npm)
 fi
-if [ "$mode" = bench ]; then
+if [ "$mode" = bench ] || [ "$mode" = test ]; then
   command -v wrk >/dev/null 2>&1 || need+=(wrk)
 fi
 # The AssemblyScript compiler wants Node.js 20 or later; Debian 12's own nodejs is 18
