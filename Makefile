@@ -14,7 +14,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 MODULES   := . sdk sdk/process
 
 # FUZZ lists package:target pairs that `make fuzz` runs for FUZZTIME each.
-FUZZ      := host/httpapi:FuzzCheckBody host/httpapi:FuzzAuthHeaders host/httpapi:FuzzAppendString sdk/abi:FuzzDecoders sdk/abi:FuzzDecodersAgreeWithProtobuf host/wasm/internal/meter:FuzzInstrument
+FUZZ      := host/httpapi:FuzzCheckBody host/httpapi:FuzzAuthHeaders host/grpcapi:FuzzParseJSONRequest internal/jsonw:FuzzAppendString sdk/abi:FuzzDecoders sdk/abi:FuzzDecodersAgreeWithProtobuf host/wasm/internal/meter:FuzzInstrument
 FUZZTIME  ?= 10s
 
 ## run: install redis-server if missing, then serve examples/rules on 127.0.0.1:8080

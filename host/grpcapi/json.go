@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -12,6 +13,9 @@ import (
 
 // MaxJSONBody bounds the body of a JSON rate limit request.
 const MaxJSONBody = 1 << 20
+
+// jsonBuffers hold the answers appendJSONResponse writes.
+var jsonBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // JSONHandler serves envoy ratelimit's POST /json: a RateLimitRequest in
 // protobuf's JSON form, answered by the service as over gRPC with the
@@ -38,19 +42,26 @@ func JSONHandler(s *RateLimitService, log *slog.Logger) http.Handler {
 			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 			return
 		}
-		var req rlsv3.RateLimitRequest
-		if err := protojson.Unmarshal(body, &req); err != nil {
-			http.Error(w, "not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
-			return
+		req, ok := parseJSONRequest(body)
+		if !ok {
+			req = &rlsv3.RateLimitRequest{}
+			if err := protojson.Unmarshal(body, req); err != nil {
+				http.Error(w, "not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+				return
+			}
 		}
-		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		resp, err := s.ShouldRateLimit(r.Context(), req)
 		if err != nil {
 			log.Debug("json rate limit request refused", "err", err)
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		out, err := protojson.Marshal(resp)
-		if err != nil {
+		buf := jsonBuffers.Get().(*[]byte)
+		defer jsonBuffers.Put(buf)
+		out, ok := appendJSONResponse((*buf)[:0], resp)
+		if ok {
+			*buf = out
+		} else if out, err = protojson.Marshal(resp); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
