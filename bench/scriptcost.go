@@ -27,6 +27,39 @@ type costStep struct {
 	name, adds string
 	// src is the script's source; empty for plain commands.
 	src string
+	// batch, when set, is the number of decisions each call of src makes
+	// (batchedSource); costs are then per decision.
+	batch int
+}
+
+// batchSize is how many decisions the batched step makes per script call.
+const batchSize = 16
+
+// batchedSource runs a plugin's script body once per decision of a batch
+// in one script call: Redis TIME read once for all, then the body as a
+// function of its own KEYS and ARGV, called for each decision's slice of
+// the call's keys and arguments (ARGV: the clock, the number of decisions,
+// then per decision its key and argument counts and its arguments). It is
+// a design probe for issue 40, not how ruled calls scripts: what Redis's
+// per-call costs come to when concurrent decisions share one call.
+func batchedSource(body string) string {
+	return `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function ruled_now_us() return now end
+local function decide(KEYS, ARGV)
+` + body + `
+end
+local out, k, a = {}, 1, 3
+for i = 1, tonumber(ARGV[2]) do
+  local nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  a = a + 2
+  local ks, as = {}, {}
+  for j = 1, nk do ks[j] = KEYS[k]; k = k + 1 end
+  for j = 1, na do as[j] = ARGV[a]; a = a + 1 end
+  out[i] = decide(ks, as)
+end
+return out
+`
 }
 
 // decisionReply is a fixedwindow decision's reply: six integers.
@@ -36,21 +69,22 @@ const decisionReply = "return {1, 1, 1000000000, 999999999, 60000000, 0}"
 // with fixedwindow's production script as the capability registers it and,
 // for comparison, envoy ratelimit's two plain commands.
 func costSteps() []costStep {
-	var decide string
+	var decide, body string
 	for _, s := range fixedwindow.New().Info().Scripts {
 		if s.Name == "decide" {
-			decide = capability.Source(fixedwindow.Name, s.Name, s.Source)
+			decide, body = capability.Source(fixedwindow.Name, s.Name, s.Source), s.Source
 		}
 	}
 	return []costStep{
-		{"evalsha", "a script call (return 1)", "return 1"},
-		{"reply", "+ a decision's reply (6 integers)", decisionReply},
-		{"time", "+ TIME", "redis.call('TIME')\n" + decisionReply},
-		{"wrapped", "+ ruled's prelude and reply cap", capability.Source("bench", "wrapped", "redis.call('TIME')\n"+decisionReply)},
+		{"evalsha", "a script call (return 1)", "return 1", 0},
+		{"reply", "+ a decision's reply (6 integers)", decisionReply, 0},
+		{"time", "+ TIME", "redis.call('TIME')\n" + decisionReply, 0},
+		{"wrapped", "+ ruled's prelude and reply cap", capability.Source("bench", "wrapped", "redis.call('TIME')\n"+decisionReply), 0},
 		{"commands", "+ a grant's HMGET and HINCRBY", capability.Source("bench", "commands", "redis.call('TIME')\n"+
-			"redis.call('HMGET', KEYS[1], 's', 'n', 'e')\nredis.call('HINCRBY', KEYS[1], 'n', 1)\n"+decisionReply)},
-		{"fixedwindow", "+ the rest of fixedwindow's decide", decide},
-		{"incrby+expire", "envoy ratelimit's INCRBY + EXPIRE, no script", ""},
+			"redis.call('HMGET', KEYS[1], 's', 'n', 'e')\nredis.call('HINCRBY', KEYS[1], 'n', 1)\n"+decisionReply), 0},
+		{"fixedwindow", "+ the rest of fixedwindow's decide", decide, 0},
+		{"batched", "fixedwindow's decide, " + strconv.Itoa(batchSize) + " decisions per script call (a probe)", batchedSource(body), batchSize},
+		{"incrby+expire", "envoy ratelimit's INCRBY + EXPIRE, no script", "", 0},
 	}
 }
 
@@ -85,7 +119,16 @@ func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.Au
 	r := drive(step.name, d, conc, func(i int) error {
 		tag := "{" + strconv.Itoa(i%subjects) + "}"
 		var cmds []redis.Cmder
-		if sha != "" {
+		if step.batch > 0 {
+			line := []any{"evalsha", sha, 2 * step.batch}
+			args := []any{"", step.batch}
+			for j := range step.batch {
+				tag := "{" + strconv.Itoa((i*step.batch+j)%subjects) + "}"
+				line = append(line, "bench:"+step.name+":"+tag+":c", "bench:"+step.name+":"+tag+":d")
+				args = append(args, 2, 6, "1000000000", window, "0", "1", "", "0")
+			}
+			cmds = append(cmds, redis.NewCmd(ctx, append(line, args...)...))
+		} else if sha != "" {
 			cmds = append(cmds, redis.NewCmd(ctx, "evalsha", sha, 2, "bench:"+step.name+":"+tag+":c", "bench:"+step.name+":"+tag+":d",
 				"", "1000000000", window, "0", "1", "", "0"))
 		} else {
@@ -125,8 +168,9 @@ func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.Au
 	for _, cmd := range top {
 		usec += commandUsec(stats, cmd)
 	}
-	n := float64(r.decisions)
-	return costRow{calls: r.decisions, cpuUS: float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, cmdUS: float64(usec) / n}, nil
+	calls := r.decisions * int64(max(step.batch, 1))
+	n := float64(calls)
+	return costRow{calls: calls, cpuUS: float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, cmdUS: float64(usec) / n}, nil
 }
 
 // commandUsec is the usec INFO commandstats reports for cmd.
@@ -179,9 +223,9 @@ func runScriptCost(c config) error {
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintf(w, "Redis's time per call, piece by piece: %d concurrent callers through go-redis's autopipeliner, %d subjects,\n", c.conc, c.subjects)
+	fmt.Fprintf(w, "Redis's time per decision, piece by piece: %d concurrent callers through go-redis's autopipeliner, %d subjects,\n", c.conc, c.subjects)
 	fmt.Fprintf(w, "%d rounds of %v per step, interleaved; load %s\n\n", c.rounds, c.duration, readLoadAvg())
-	fmt.Fprintf(w, "step\twhat it is\tRedis CPU µs/call (median)\tmin–max\tin commands µs/call\tadds µs (CPU)\t\n")
+	fmt.Fprintf(w, "step\twhat it is\tRedis CPU µs/decision (median)\tmin–max\tin commands µs/decision\tadds µs (CPU)\t\n")
 	prev := 0.0
 	for i, s := range steps {
 		var cpus, cmds []float64

@@ -9,7 +9,8 @@ import (
 
 // TestScriptCostSteps runs every step of -script-cost briefly against a
 // private redis-server: each makes calls that Redis counts, and the
-// fixedwindow step grants, so its hash holds the count.
+// fixedwindow steps grant, one call per decision or many, so their hashes
+// hold the count.
 func TestScriptCostSteps(t *testing.T) {
 	ctx := context.Background()
 	st, _, err := openRedis(ctx, "")
@@ -31,19 +32,19 @@ func TestScriptCostSteps(t *testing.T) {
 		if r.calls == 0 || r.cpuUS <= 0 || r.cmdUS <= 0 {
 			t.Errorf("%s: %+v, want calls that cost Redis time", s.name, r)
 		}
-		if s.name != "fixedwindow" {
+		if s.name != "fixedwindow" && s.name != "batched" {
 			continue
 		}
 		var counted int64
 		for i := range 3 {
-			n, err := client.HGet(ctx, "bench:fixedwindow:{"+strconv.Itoa(i)+"}:c", "n").Int64()
+			n, err := client.HGet(ctx, "bench:"+s.name+":{"+strconv.Itoa(i)+"}:c", "n").Int64()
 			if err != nil {
 				t.Fatalf("subject %d: %v", i, err)
 			}
 			counted += n
 		}
 		if counted != r.calls {
-			t.Errorf("fixedwindow counted %d grants for %d calls", counted, r.calls)
+			t.Errorf("%s counted %d grants for %d decisions", s.name, counted, r.calls)
 		}
 	}
 }
