@@ -2,6 +2,7 @@ package grpcapi_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -45,18 +46,12 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlcommonv3.RateLimitDescriptor{
 			{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "user", Value: strconv.Itoa(i)}}}}}
 	}
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(16)
-	defer reportCPU(b)()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			resp, err := svc.ShouldRateLimit(context.Background(), reqs[next.Add(1)%int64(len(reqs))])
-			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-				b.Errorf("%v %v", resp.GetOverallCode(), err)
-				return
-			}
+	runDecisions(b, func(i int) error {
+		resp, err := svc.ShouldRateLimit(context.Background(), reqs[i%len(reqs)])
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			return fmt.Errorf("%v %v", resp.GetOverallCode(), err)
 		}
+		return nil
 	})
 }
 
@@ -69,16 +64,27 @@ func BenchmarkJSONHandler(b *testing.B) {
 	for i := range bodies {
 		bodies[i] = `{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"` + strconv.Itoa(i) + `"}]}]}`
 	}
+	runDecisions(b, func(i int) error {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(bodies[i%len(bodies)])))
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"overallCode":"OK"`) {
+			return fmt.Errorf("%d %s", w.Code, w.Body)
+		}
+		return nil
+	})
+}
+
+// runDecisions runs decide for b.N decisions from 16 goroutines per CPU,
+// each with the next index, and reports allocations and CPU per decision.
+func runDecisions(b *testing.B, decide func(i int) error) {
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(16)
 	defer reportCPU(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(bodies[next.Add(1)%int64(len(bodies))])))
-			if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"overallCode":"OK"`) {
-				b.Errorf("%d %s", w.Code, w.Body)
+			if err := decide(int(next.Add(1))); err != nil {
+				b.Error(err)
 				return
 			}
 		}

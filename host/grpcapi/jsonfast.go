@@ -28,37 +28,30 @@ import (
 func parseJSONRequest(body []byte) (*rlsv3.RateLimitRequest, bool) {
 	p := jsonScanner{s: body}
 	req := &rlsv3.RateLimitRequest{}
-	var seenDomain, seenDescriptors, seenHits bool
+	seen := map[string]bool{} // the members read, by field: protojson refuses a field twice
 	ok := p.object(func(key string) bool {
-		switch key {
+		field := key
+		if key == "hits_addend" {
+			field = "hitsAddend"
+		}
+		if seen[field] {
+			return false
+		}
+		seen[field] = true
+		var ok bool
+		switch field {
 		case "domain":
-			if seenDomain {
-				return false
-			}
-			seenDomain = true
-			var ok bool
 			req.Domain, ok = p.str()
-			return ok
 		case "descriptors":
-			if seenDescriptors {
-				return false
-			}
-			seenDescriptors = true
-			return p.array(func() bool {
+			ok = p.array(func() bool {
 				d, ok := p.descriptor()
 				req.Descriptors = append(req.Descriptors, d)
 				return ok
 			})
-		case "hitsAddend", "hits_addend":
-			if seenHits {
-				return false
-			}
-			seenHits = true
-			var ok bool
+		case "hitsAddend":
 			req.HitsAddend, ok = p.uint32()
-			return ok
 		}
-		return false
+		return ok
 	})
 	if !ok || !p.end() {
 		return nil, false
