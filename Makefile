@@ -22,7 +22,7 @@ run: build
 	@./scripts/deps.sh run
 	./bin/ruled serve --rules $(RULES) --listen $(LISTEN)
 
-## test: install redis-server, nginx, caddy and chromium if missing, then vet, format check, the race-enabled tests of every module and the example rules' tests; every step runs, and the failed ones are listed at the end
+## test: install redis-server, nginx, caddy, chromium, node and wrk if missing, then vet, format check, the race-enabled tests of every module and the example rules' tests; every step runs, and the failed ones are listed at the end
 test:
 	@./scripts/deps.sh test
 	@./scripts/keepgoing.sh \
