@@ -93,6 +93,19 @@ func TestClusterServesEverySlotAndFailsOver(t *testing.T) {
 		t.Fatalf("hash tag ignored: slots %d and %d", a, b)
 	}
 
+	// Replication is asynchronous: a master killed before its replica
+	// has key-0 (the replica may still be in its first sync) loses it.
+	// Write it once more and wait on the same connection until the
+	// replica acknowledges it.
+	pipe := c.MasterForKey("key-0").Client().Pipeline()
+	pipe.Set(ctx, "key-0", 0, 0)
+	acked := pipe.Do(ctx, "WAIT", 1, 15000)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := acked.Int(); err != nil || n < 1 {
+		t.Fatalf("WAIT for key-0's replica: %d, %v; want 1 replica", n, err)
+	}
 	killed := c.KillMasterForKey("key-0")
 	start = time.Now()
 	c.WaitHealthy(15 * time.Second)
