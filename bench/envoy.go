@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"net"
@@ -22,19 +23,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// envoyConfig is the config both servers load: every request is one
-// descriptor, user=N counted under a limit it never reaches or denied=N
-// under a limit of 1 that setup exhausts, and a probe key that checks they
-// decide alike.
-const envoyConfig = `domain: bench
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
-  - key: denied
-    rate_limit: {unit: hour, requests_per_unit: 1}
-  - key: probe
-    rate_limit: {unit: hour, requests_per_unit: 3}
-`
+// envoyConfig is the config both servers load (envoy-config.yaml says
+// what it holds).
+//
+//go:embed envoy-config.yaml
+var envoyConfig string
 
 // rlsServer is one rate limit service under load: ruled as envoy
 // ratelimit, or envoy ratelimit itself.
@@ -155,15 +148,15 @@ func (s *rlsServer) exhaust(ctx context.Context, users []string) error {
 }
 
 // loadHTTP drives envoy ratelimit's HTTP face, POST /json, with wrk and
-// bench/envoy-json.lua (script) from conc connections for d over users
+// bench/envoy-json.lua from conc connections for d over users
 // user=N values; with halfDenied every other request is instead one of the
 // denied keys. Every response must be 200, or 429 for the denied keys.
-func (s *rlsServer) loadHTTP(ctx context.Context, w *wrkRunner, script string, users int, halfDenied bool, conc int, d time.Duration) (*result, error) {
+func (s *rlsServer) loadHTTP(ctx context.Context, w *wrkRunner, users int, halfDenied bool, conc int, d time.Duration) (*result, error) {
 	half := "0"
 	if halfDenied {
 		half = "1"
 	}
-	r, out, err := w.runScript(ctx, script, "http://"+s.http+"/json", d, conc, strconv.Itoa(users), half)
+	r, out, err := w.runScript(ctx, w.envoyScript, "http://"+s.http+"/json", d, conc, strconv.Itoa(users), half)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.name, err)
 	}
@@ -249,7 +242,6 @@ func runEnvoy(c config) error {
 	if err != nil {
 		return err
 	}
-	jsonScript := filepath.Join(filepath.Dir(wrk.script), "envoy-json.lua")
 	ruled := filepath.Join(dir, "ruled")
 	build := exec.CommandContext(ctx, "go", "build", "-o", ruled, "./cmd/ruled")
 	build.Dir = root
@@ -307,7 +299,7 @@ func runEnvoy(c config) error {
 		if r := s.load(ctx, users, true, c.conc, min(c.duration, 2*time.Second)); r.errors > 0 {
 			return fmt.Errorf("%s: %d failed calls while warming up\n%s", s.name, r.errors, s.logTail())
 		}
-		if _, err := s.loadHTTP(ctx, wrk, jsonScript, len(users), true, c.conc, time.Second); err != nil {
+		if _, err := s.loadHTTP(ctx, wrk, len(users), true, c.conc, time.Second); err != nil {
 			return fmt.Errorf("warming up: %w", err)
 		}
 	}
@@ -338,7 +330,7 @@ func runEnvoy(c config) error {
 		}
 		var r *result
 		if http {
-			if r, err = s.loadHTTP(ctx, wrk, jsonScript, len(users), halfDenied, c.conc, c.duration); err != nil {
+			if r, err = s.loadHTTP(ctx, wrk, len(users), halfDenied, c.conc, c.duration); err != nil {
 				return sample{}, err
 			}
 		} else {

@@ -80,9 +80,8 @@ func TestEnvoyHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(filepath.Dir(wrk.script), "envoy-json.lua")
 	for _, half := range []bool{false, true} {
-		r, err := s.loadHTTP(ctx, wrk, script, len(users), half, 4, time.Second)
+		r, err := s.loadHTTP(ctx, wrk, len(users), half, 4, time.Second)
 		if err != nil {
 			t.Fatalf("HTTP, half denied %v: %v", half, err)
 		}
@@ -92,7 +91,7 @@ func TestEnvoyHarness(t *testing.T) {
 	}
 	// Over a million users the denied keys are fresh: each allows its first
 	// request, so a half-denied load finds far more 200s than 429s.
-	if _, err := s.loadHTTP(ctx, wrk, script, 1_000_000, true, 4, time.Second); err == nil || !strings.Contains(err.Error(), "want half each") {
+	if _, err := s.loadHTTP(ctx, wrk, 1_000_000, true, 4, time.Second); err == nil || !strings.Contains(err.Error(), "want half each") {
 		t.Fatalf("HTTP half denied on keys never exhausted: %v, want too few 429s", err)
 	}
 }

@@ -12,10 +12,12 @@ import (
 )
 
 // wrkRunner drives HTTP load with wrk (Debian's wrk package), a load
-// generator much lighter than Go's HTTP client, and bench/wrk.lua.
-type wrkRunner struct{ bin, script string }
+// generator much lighter than Go's HTTP client, and one of its scripts:
+// bench/wrk.lua for ruled's checks, bench/envoy-json.lua for envoy
+// ratelimit's POST /json.
+type wrkRunner struct{ bin, script, envoyScript string }
 
-// findWrk finds wrk on PATH and bench/wrk.lua in the repository.
+// findWrk finds wrk on PATH and its scripts in the repository.
 func findWrk(ctx context.Context) (*wrkRunner, error) {
 	bin, err := exec.LookPath("wrk")
 	if err != nil {
@@ -25,7 +27,8 @@ func findWrk(ctx context.Context) (*wrkRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &wrkRunner{bin: bin, script: filepath.Join(root, "bench", "wrk.lua")}, nil
+	dir := filepath.Join(root, "bench")
+	return &wrkRunner{bin: bin, script: filepath.Join(dir, "wrk.lua"), envoyScript: filepath.Join(dir, "envoy-json.lua")}, nil
 }
 
 // run drives POST url from conc connections for d (whole seconds, at least

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,16 +25,6 @@ import (
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
 )
-
-// benchEnvoyConfig is bench/envoy.go's config: a limit per user that
-// the load never reaches.
-const benchEnvoyConfig = `domain: bench
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
-  - key: probe
-    rate_limit: {unit: hour, requests_per_unit: 3}
-`
 
 // BenchmarkShouldRateLimit is one RLS call of one descriptor on rules
 // translated from an envoy ratelimit config, as ruled envoy-ratelimit
@@ -102,7 +93,13 @@ func benchService(b testing.TB) *grpcapi.RateLimitService {
 	if err != nil {
 		b.Fatal(err)
 	}
-	files, _, err := envoyconfig.Translate([]envoyconfig.Source{{Name: "bench.yaml", Content: []byte(benchEnvoyConfig)}}, envoyconfig.Options{})
+	// bench -envoy's config, so that these figures and the harness's are of
+	// one workload.
+	config, err := os.ReadFile("../../bench/envoy-config.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	files, _, err := envoyconfig.Translate([]envoyconfig.Source{{Name: "bench.yaml", Content: config}}, envoyconfig.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -28,27 +28,24 @@ import (
 func parseJSONRequest(body []byte) (*rlsv3.RateLimitRequest, bool) {
 	p := jsonScanner{s: body}
 	req := &rlsv3.RateLimitRequest{}
-	seen := map[string]bool{} // the members read, by field: protojson refuses a field twice
+	var seen [3]bool // by requestField: protojson refuses a field twice
 	ok := p.object(func(key string) bool {
-		field := key
-		if key == "hits_addend" {
-			field = "hitsAddend"
-		}
-		if seen[field] {
+		f := requestField(key)
+		if f < 0 || seen[f] {
 			return false
 		}
-		seen[field] = true
+		seen[f] = true
 		var ok bool
-		switch field {
-		case "domain":
+		switch f {
+		case fieldDomain:
 			req.Domain, ok = p.str()
-		case "descriptors":
+		case fieldDescriptors:
 			ok = p.array(func() bool {
 				d, ok := p.descriptor()
 				req.Descriptors = append(req.Descriptors, d)
 				return ok
 			})
-		case "hitsAddend":
+		case fieldHitsAddend:
 			req.HitsAddend, ok = p.uint32()
 		}
 		return ok
@@ -57,6 +54,27 @@ func parseJSONRequest(body []byte) (*rlsv3.RateLimitRequest, bool) {
 		return nil, false
 	}
 	return req, true
+}
+
+// The fields of a RateLimitRequest that parseJSONRequest reads.
+const (
+	fieldDomain = iota
+	fieldDescriptors
+	fieldHitsAddend
+)
+
+// requestField is the field a member's key names (its JSON or its proto
+// name, as protojson accepts), or -1.
+func requestField(key string) int {
+	switch key {
+	case "domain":
+		return fieldDomain
+	case "descriptors":
+		return fieldDescriptors
+	case "hitsAddend", "hits_addend":
+		return fieldHitsAddend
+	}
+	return -1
 }
 
 // jsonScanner reads the subset of JSON parseJSONRequest accepts.
@@ -256,24 +274,28 @@ func appendJSONResponse(b []byte, resp *rlsv3.RateLimitResponse) ([]byte, bool) 
 // jsonWriter writes nested objects; bad records a value it cannot write.
 type jsonWriter struct {
 	b []byte
-	// first holds, for each open object, whether no member was written yet.
-	first []bool
+	// first holds, for each open object (depth of them), whether no member
+	// was written yet. A response nests three deep: itself, a status, its
+	// limit.
+	first [3]bool
+	depth int
 	bad   bool
 }
 
 func (w *jsonWriter) open() {
 	w.b = append(w.b, '{')
-	w.first = append(w.first, true)
+	w.first[w.depth] = true
+	w.depth++
 }
 
 func (w *jsonWriter) close() {
 	w.b = append(w.b, '}')
-	w.first = w.first[:len(w.first)-1]
+	w.depth--
 }
 
 // key writes a member's name, after a comma unless it is the first.
 func (w *jsonWriter) key(name string) {
-	top := len(w.first) - 1
+	top := w.depth - 1
 	if !w.first[top] {
 		w.b = append(w.b, ',')
 	}
