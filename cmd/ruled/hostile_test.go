@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -227,5 +228,58 @@ func TestServedRuleFileOverwrittenByABomb(t *testing.T) {
 	}
 	if mb := residentMB(d.cmd.Process.Pid, "VmHWM"); mb > hostileMemoryMB {
 		t.Errorf("ruled serve peaked at %d MB", mb)
+	}
+}
+
+// malformedPluginRules is faultRules with a rule on /bad decided by the
+// module on which wazero v1.12.0 panics (host/wasm's testdata), pinned by
+// its digest.
+func malformedPluginRules(t *testing.T, dir string) string {
+	t.Helper()
+	bin, err := os.ReadFile("../../host/wasm/testdata/wazero-panics.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "malformed.wasm", string(bin))
+	return fmt.Sprintf(`plugins:
+  malformed: {wasm: ./malformed.wasm, sha256: "%x"}
+`, sha256.Sum256(bin)) + faultRules() + `  - name: bad
+    when: request.path == "/bad"
+    subject: request.ip
+    plugin: malformed
+`
+}
+
+// TestMalformedPluginIsRefused: a Wasm module that once panicked wazero's
+// validator is refused with its error by ruled check and, written over a
+// served rule file, by the reload, while the old rules keep deciding.
+func TestMalformedPluginIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	const want = "type index 48 out of range"
+	bad := writeFile(t, dir, "bad.yaml", malformedPluginRules(t, dir))
+	if got := runBounded(t, "check", bad); got.code != 1 || !strings.Contains(got.stdout+got.stderr, want) {
+		t.Fatalf("ruled check: exit %d, want 1 mentioning %q:\n%s%s", got.code, want, got.stdout, got.stderr)
+	}
+	path := writeFile(t, dir, "rules.yaml", faultRules())
+	d := spawnDaemonAt(t, path)
+	d.waitReady(15 * time.Second)
+	if err := os.WriteFile(path, []byte(malformedPluginRules(t, dir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(d.log.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload refusal in the log:\n%s", tail(d.log.String(), 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 4 { // the old rules: 3 a minute on /open
+		want := 200
+		if i == 3 {
+			want = 429
+		}
+		if v := d.check("/open", "203.0.113.51"); v.status != want {
+			t.Fatalf("check %d: %d, want %d from the rules served before", i+1, v.status, want)
+		}
 	}
 }

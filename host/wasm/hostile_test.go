@@ -275,6 +275,37 @@ func TestModuleWithAForeignImportDoesNotLoad(t *testing.T) {
 	}
 }
 
+// wazeroPanicsFile is a 29-byte module on which wazero v1.12.0's validator
+// panics (index out of range): function 0 calls function 1, whose type
+// index, 48, names no type.
+const wazeroPanicsFile = "testdata/wazero-panics.wasm"
+
+// TestMalformedModuleThatPanicsWazeroIsAnError: the meter refuses the
+// module before wazero sees it, and with the meter off wazero's panic is
+// an error, not a crash.
+func TestMalformedModuleThatPanicsWazeroIsAnError(t *testing.T) {
+	ctx := context.Background()
+	wazeroPanics, err := os.ReadFile(wazeroPanicsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		opts wasm.Options
+		want string
+	}{
+		{"metered (the default)", wasm.Options{CacheDir: cacheDir}, "type index 48 out of range (1 types)"},
+		{"wazero's interrupt", wasm.WazeroInterruptible(wasm.Options{CacheDir: cacheDir}), "compiling: wazero failed on a malformed module: runtime error: index out of range [48]"},
+	} {
+		if _, err := wasm.LoadBytes(ctx, "panics.wasm", wazeroPanics, c.opts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", c.name, err, c.want)
+		}
+	}
+	if err := wasm.Check(ctx, "panics.wasm", wazeroPanics); err == nil || !strings.Contains(err.Error(), "type index 48 out of range") {
+		t.Errorf("Check: err = %v", err)
+	}
+}
+
 func TestModuleBreakingTheABIIsDiscarded(t *testing.T) {
 	p := shared(t, "rawabi", "testdata/rawabi", wasm.Options{PoolSize: 2, Prewarm: 1})
 	cfg, err := p.Configure(nil)

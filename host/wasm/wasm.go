@@ -321,7 +321,7 @@ func compile(ctx context.Context, rt wazero.Runtime, bin []byte, how interrupt) 
 			return nil, fmt.Errorf("host functions: %w", err)
 		}
 	}
-	code, err := rt.CompileModule(ctx, bin)
+	code, err := compileModule(ctx, rt, bin)
 	if err != nil {
 		return nil, fmt.Errorf("compiling: %w", err)
 	}
@@ -329,6 +329,18 @@ func compile(ctx context.Context, rt wazero.Runtime, bin []byte, how interrupt) 
 		return nil, err
 	}
 	return code, nil
+}
+
+// compileModule is rt.CompileModule, with a panic in wazero made an
+// error: a malformed module its validator misses (wazero v1.12.0 indexes
+// out of range on some) must not take the daemon down.
+func compileModule(ctx context.Context, rt wazero.Runtime, bin []byte) (code wazero.CompiledModule, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			code, err = nil, fmt.Errorf("wazero failed on a malformed module: %v", p)
+		}
+	}()
+	return rt.CompileModule(ctx, bin)
 }
 
 // Info implements sdk.Algorithm with what the module's ruled_init answered.

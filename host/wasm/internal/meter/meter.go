@@ -132,7 +132,7 @@ func parse(bin []byte) (*module, error) {
 
 // count records the index-space sizes a section contributes.
 func (m *module) count(id byte, payload []byte) error {
-	r := &reader{b: payload}
+	r := &reader{b: payload, types: m.types}
 	switch id {
 	case secType:
 		// The tick's type is appended as type m.types: every entry must be
@@ -160,7 +160,7 @@ func (m *module) count(id byte, payload []byte) error {
 			}
 			switch kind := r.byte(); kind {
 			case 0x00: // function: type index
-				r.u32()
+				r.typeIndex()
 				m.funcImports++
 			case 0x01: // table: reftype, limits
 				r.valType()
@@ -173,16 +173,25 @@ func (m *module) count(id byte, payload []byte) error {
 				m.globalImports++
 			case 0x04: // tag: attribute, type index
 				r.byte()
-				r.u32()
+				r.typeIndex()
 			default:
 				return fmt.Errorf("import %s.%s: unknown kind %#x", mod, name, kind)
 			}
 		}
 		m.funcs, m.globals = m.funcImports, m.globalImports
 	case secFunction:
-		m.funcs = m.funcImports + r.u32()
+		n := r.u32()
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			r.typeIndex()
+		}
+		m.funcs = m.funcImports + n
 	case secGlobal:
 		m.globals = m.globalImports + r.u32()
+	case secTag:
+		for i, n := uint32(0), r.u32(); i < n && r.err == nil; i++ {
+			r.byte() // attribute
+			r.typeIndex()
+		}
 	}
 	return r.err
 }
@@ -442,7 +451,7 @@ func (rw *rewriter) code(payload []byte) ([]byte, error) {
 	var body []byte
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		size := r.u32()
-		b := &reader{b: r.bytes(int(size))}
+		b := &reader{b: r.bytes(int(size)), types: rw.m.types}
 		if r.err != nil {
 			break
 		}
@@ -540,7 +549,7 @@ func (rw *rewriter) instructions(r *reader, out []byte, body bool) ([]byte, erro
 			}
 		case 0x13: // return_call_indirect
 			rw.tailCalls = true
-			r.u32()
+			r.typeIndex()
 			r.u32()
 		default:
 			if err := r.immediates(op); err != nil {

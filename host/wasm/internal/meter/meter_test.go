@@ -749,6 +749,15 @@ func TestRefuse(t *testing.T) {
 		{"export out of range", "function index 1 out of range", wasm(typ, fn, sect(secExport, vec(exportOf("x", 0, 1))), sect(secCode, vec(body(0))))},
 		{"start out of range", "function index 3 out of range", wasm(typ, fn, sect(secStart, u32(3)), sect(secCode, vec(body(0))))},
 		{"global out of range", "global index 0 out of range", wasm(typ, fn, sect(secCode, vec(body(0, gget(0), []byte{0x1a}))))},
+		// Type indices one past the last type: the tick's type after
+		// instrumentation. The first is the module on which wazero v1.12.0
+		// panics (function 0 calls function 1, whose type is out of range).
+		{"function type out of range", "type index 1 out of range (1 types)", wasm(typ, sect(secFunction, vec(u32(0), u32(1))), sect(secCode, vec(body(0, call(1)), body(0))))},
+		{"import type out of range", "type index 1 out of range", wasm(typ, sect(secImport, vec(importFunc("env", "f", 1))))},
+		{"tag type out of range", "type index 1 out of range", wasm(typ, sect(secTag, vec(cat([]byte{0x00}, u32(1)))))},
+		{"call_indirect type out of range", "type index 1 out of range", wasm(typ, fn, sect(secTable, vec([]byte{0x70, 0x00, 0x01})), sect(secCode, vec(body(0, i32c(0), callIndirect(1)))))},
+		{"block type out of range", "type index 1 out of range", wasm(typ, fn, sect(secCode, vec(body(0, []byte{0x02, 0x01}, end))))},
+		{"loop type out of range", "type index 1 out of range", wasm(typ, fn, sect(secCode, vec(body(0, []byte{0x03, 0x01}, end))))},
 		{"GC opcode", "unsupported opcode 0xfb", wasm(typ, fn, sect(secCode, vec(body(0, []byte{0xfb, 0x00, 0x00}))))},
 		{"unknown 0xfc", "unsupported instruction 0xfc 99", wasm(typ, fn, sect(secCode, vec(body(0, []byte{0xfc, 99}))))},
 		{"typed reference", "unsupported value type 0x64", wasm(typ, fn, sect(secCode, vec(cat(u32(4), vec(cat(u32(1), []byte{0x64, 0x70})), end))))},
@@ -1045,6 +1054,12 @@ func FuzzInstrument(f *testing.F) {
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x003\x04name0\x00\x010\xff\xff\xff\x7f00000000000000000000000'0000000000000\x1c"))
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\v\t\xff\xff\xff\x7f00000"))
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x01\n\x02`\xa5\xa5\xa5y\xa5000"))
+	// A module on which wazero v1.12.0 panics (see host/wasm's tests).
+	panics, err := os.ReadFile("../../testdata/wazero-panics.wasm")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(panics)
 	f.Fuzz(func(t *testing.T, bin []byte) {
 		out, err := Instrument(bin)
 		if err != nil {
@@ -1057,6 +1072,11 @@ func FuzzInstrument(f *testing.F) {
 		rt := fuzzRuntime()
 		co, err := rt.CompileModule(ctx, bin)
 		if err != nil {
+			// The converse (wazero refuses the instrumented module when it
+			// refuses the original) does not hold: wazero fails on an empty
+			// custom section only when it ends the module, and instrumenting
+			// appends sections. TestRefuse covers the indices that
+			// instrumenting would make valid.
 			return
 		}
 		co.Close(ctx)

@@ -8,9 +8,10 @@ import (
 // reader decodes the binary format. The first error sticks: later reads
 // return zero values, and callers check err once after a run of reads.
 type reader struct {
-	b   []byte
-	off int
-	err error
+	b     []byte
+	off   int
+	err   error
+	types uint32 // how many types a type index may name (see typeIndex)
 }
 
 var errShort = errors.New("unexpected end of data")
@@ -147,9 +148,27 @@ func (r *reader) blockType() {
 	case c&0xc0 == 0x40: // a one-byte negative number: a value type
 		r.valType()
 	default:
-		if r.sleb(33) < 0 {
+		if i := r.sleb(33); i < 0 {
 			r.fail(errors.New("bad block type"))
+		} else {
+			r.checkType(uint64(i))
 		}
+	}
+}
+
+// typeIndex reads a type index, refusing one past the module's types: the
+// instrumented module appends the tick's type there, which would make an
+// invalid module valid (and wazero v1.12.0 panics compiling a call to a
+// function whose type index is out of range).
+func (r *reader) typeIndex() uint32 {
+	i := r.u32()
+	r.checkType(uint64(i))
+	return i
+}
+
+func (r *reader) checkType(i uint64) {
+	if r.err == nil && i >= uint64(r.types) {
+		r.fail(fmt.Errorf("type index %d out of range (%d types)", i, r.types))
 	}
 }
 
@@ -182,7 +201,7 @@ func (r *reader) immediates(op byte) error {
 			r.u32()
 		}
 	case op == 0x11, op == 0x13: // call_indirect, return_call_indirect
-		r.u32()
+		r.typeIndex()
 		r.u32()
 	case op == 0x1c: // select t*
 		n := r.u32()
