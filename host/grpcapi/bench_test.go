@@ -86,6 +86,9 @@ func runDecisions(b *testing.B, decide func(i int) error) {
 // config against a private Redis.
 func benchService(b testing.TB) *grpcapi.RateLimitService {
 	rs := redistest.Start(b)
+	if bb, ok := b.(*testing.B); ok {
+		b.Cleanup(reportRedisCPU(bb, rs))
+	}
 	rc := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	b.Cleanup(func() { _ = rc.Close() })
 	e, err := host.NewEngine(host.Options{Capability: capability.New(rc, capability.Options{Pipeline: redis.DefaultBlockingAutoPipelineOptions()}),
@@ -109,6 +112,51 @@ func benchService(b testing.TB) *grpcapi.RateLimitService {
 		b.Fatal(err)
 	}
 	return grpcapi.NewRateLimitService(e, nil, grpcapi.ServiceOptions{OmitHeaders: true})
+}
+
+// reportRedisCPU returns the function that reports the Redis CPU time
+// (redis-cpu-ns/op, from INFO cpu) and script commands (scripts/op) per
+// operation since; the few script
+// loads before b's timer starts are within its noise.
+func reportRedisCPU(b *testing.B, rs *redistest.Server) func() {
+	cpu := func() time.Duration {
+		info, err := rs.Client().Info(context.Background(), "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sum float64
+		for l := range strings.SplitSeq(info, "\n") {
+			k, v, _ := strings.Cut(strings.TrimSpace(l), ":")
+			if k == "used_cpu_sys" || k == "used_cpu_user" {
+				f, _ := strconv.ParseFloat(v, 64)
+				sum += f
+			}
+		}
+		return time.Duration(sum * float64(time.Second))
+	}
+	scripts := func() int64 {
+		info, err := rs.Client().Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var n int64
+		for l := range strings.SplitSeq(info, "\n") {
+			for _, cmd := range []string{"evalsha", "eval"} {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_"+cmd+":calls="); ok {
+					c, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+					n += c
+				}
+			}
+		}
+		return n
+	}
+	start, calls := cpu(), scripts()
+	return func() {
+		if b.N > 1 {
+			b.ReportMetric(float64(cpu()-start)/float64(b.N), "redis-cpu-ns/op")
+			b.ReportMetric(float64(scripts()-calls)/float64(b.N), "scripts/op")
+		}
+	}
 }
 
 // reportCPU resets b's timer and returns the function that reports this
