@@ -31,6 +31,38 @@ func TestDeadlinesShared(t *testing.T) {
 	if next == first || next.at.Sub(now.Add(d.tick)) != timeout {
 		t.Fatalf("a call after the tick shares the old deadline or got %v", next.at.Sub(now.Add(d.tick)))
 	}
+	// While another call replaces the deadline, a call up to a tick past
+	// the window takes the old one; one later waits for the new one.
+	d.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			d.mu.Unlock()
+		}
+	}()
+	late := now.Add(3*d.tick - 1) // next's window ended at now+2·tick
+	tookOld := make(chan *deadline, 1)
+	go func() { tookOld <- d.at(late) }()
+	select {
+	case got := <-tookOld:
+		if got != next || got.at.Sub(late) < timeout-2*d.tick {
+			t.Fatalf("during a replacement a call a tick late got %v after it, want the current deadline", got.at.Sub(late))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call a tick late waited for the replacement")
+	}
+	waited := make(chan *deadline, 1)
+	go func() { waited <- d.at(now.Add(3 * d.tick)) }()
+	select {
+	case <-waited:
+		t.Fatal("a call two ticks late did not wait for the replacement")
+	case <-time.After(50 * time.Millisecond):
+	}
+	d.mu.Unlock()
+	locked = false
+	if got := <-waited; got == next || got.at.Sub(now.Add(3*d.tick)) != timeout {
+		t.Fatalf("after the replacement a late call got %v", got.at.Sub(now.Add(3*d.tick)))
+	}
 	if newDeadlines(time.Hour).tick != maxDeadlineTick {
 		t.Fatalf("tick not capped at %v", maxDeadlineTick)
 	}
