@@ -19,6 +19,7 @@ import (
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/ruled-dev/ruled/internal/redisinfo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -317,7 +318,7 @@ func runEnvoy(c config) error {
 		if u.cpu, _, err = treeCPU(s.pid()); err != nil {
 			return u, err
 		}
-		if u.redis, err = redisCPU(ctx, st.Client()); err != nil {
+		if u.redis, err = redisinfo.CPU(ctx, st.Client()); err != nil {
 			return u, err
 		}
 		u.reads, err = redisReads(ctx, st.Client())

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/ruled-dev/ruled/internal/redisinfo"
 )
 
 // result is one scenario's figures in one round.
@@ -75,17 +76,18 @@ type scenario struct {
 // measure runs s once and fills in its name, Redis calls and CPU times.
 func measure(ctx context.Context, client redis.UniversalClient, s scenario) (*result, error) {
 	runtime.GC() // collect the previous scenario's garbage outside the measurement
-	calls := scriptCalls(ctx, client)
-	redisBefore, redisErr := redisCPU(ctx, client)
+	calls, _ := redisinfo.ScriptCalls(ctx, client)
+	redisBefore, redisErr := redisinfo.CPU(ctx, client)
 	self := selfCPU()
 	r, err := s.run()
 	selfAfter := selfCPU()
-	redisAfter, redisErr2 := redisCPU(ctx, client)
+	redisAfter, redisErr2 := redisinfo.CPU(ctx, client)
 	if err != nil {
 		return nil, err
 	}
 	r.name = s.name
-	r.calls = scriptCalls(ctx, client) - calls
+	after, _ := redisinfo.ScriptCalls(ctx, client)
+	r.calls = after - calls
 	r.harnessCPU = selfAfter - self
 	r.redisCPU = redisAfter - redisBefore
 	if redisErr != nil || redisErr2 != nil {
@@ -134,61 +136,6 @@ func drive(name string, d time.Duration, conc int, op func(i int) error) *result
 		r.latencies = append(r.latencies, l...)
 	}
 	return r
-}
-
-func scriptCalls(ctx context.Context, c redis.UniversalClient) int64 {
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0
-	}
-	return parseScriptCalls(info)
-}
-
-// parseScriptCalls sums the EVAL and EVALSHA calls in INFO commandstats.
-func parseScriptCalls(info string) int64 {
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		if _, rest, ok := strings.Cut(line, "calls="); ok {
-			v, _, _ := strings.Cut(rest, ",")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			total += n
-		}
-	}
-	return total
-}
-
-func redisCPU(ctx context.Context, c redis.UniversalClient) (time.Duration, error) {
-	info, err := c.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
-	return parseRedisCPU(info)
-}
-
-// parseRedisCPU is used_cpu_sys + used_cpu_user from INFO cpu: the Redis
-// server process's CPU time so far.
-func parseRedisCPU(info string) (time.Duration, error) {
-	var total float64
-	found := 0
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
-			continue
-		}
-		s, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
-		}
-		total += s
-		found++
-	}
-	if found != 2 {
-		return 0, errors.New("INFO cpu has no used_cpu_sys and used_cpu_user")
-	}
-	return time.Duration(total * float64(time.Second)), nil
 }
 
 func readLoadAvg() string {

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/internal/redisinfo"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
 )
 
@@ -111,7 +112,7 @@ func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.Au
 	if err := client.ConfigResetStat(ctx).Err(); err != nil {
 		return costRow{}, err
 	}
-	cpu0, err := redisCPU(ctx, client)
+	cpu0, err := redisinfo.CPU(ctx, client)
 	if err != nil {
 		return costRow{}, err
 	}
@@ -152,7 +153,7 @@ func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.Au
 	if r.errors > 0 || r.decisions == 0 {
 		return costRow{}, fmt.Errorf("%s: %d calls, %d failed", step.name, r.decisions, r.errors)
 	}
-	cpu1, err := redisCPU(ctx, client)
+	cpu1, err := redisinfo.CPU(ctx, client)
 	if err != nil {
 		return costRow{}, err
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/capability"
+	"github.com/ruled-dev/ruled/internal/redisinfo"
 	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 )
 
@@ -211,19 +210,11 @@ func TestLocalFallbackSharesTheLimitAcrossInstances(t *testing.T) {
 // evalCalls returns how many scripts Redis has run.
 func evalCalls(t *testing.T, srv *redistest.Server) int64 {
 	t.Helper()
-	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
+	n, err := redisinfo.ScriptCalls(context.Background(), srv.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			f := strings.SplitN(strings.SplitN(line, "calls=", 2)[1], ",", 2)[0]
-			n, _ := strconv.ParseInt(f, 10, 64)
-			total += n
-		}
-	}
-	return total
+	return n
 }
 
 func TestDenyCacheSparesRedis(t *testing.T) {

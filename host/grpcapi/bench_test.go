@@ -21,6 +21,7 @@ import (
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/grpcapi"
 	"github.com/ruled-dev/ruled/internal/envoyconfig"
+	"github.com/ruled-dev/ruled/internal/redisinfo"
 	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 	"github.com/ruled-dev/ruled/rules"
@@ -114,47 +115,29 @@ func benchService(b testing.TB) *grpcapi.RateLimitService {
 	return grpcapi.NewRateLimitService(e, nil, grpcapi.ServiceOptions{OmitHeaders: true})
 }
 
-// reportRedisCPU returns the function that reports the Redis CPU time
-// (redis-cpu-ns/op, from INFO cpu) and script commands (scripts/op) per
-// operation since; the few script
-// loads before b's timer starts are within its noise.
+// reportRedisCPU returns the function that reports Redis's CPU time
+// (redis-cpu-ns/op) and script commands (scripts/op) per operation since
+// it was called; the few script loads before b's timer starts are within
+// the noise.
 func reportRedisCPU(b *testing.B, rs *redistest.Server) func() {
-	cpu := func() time.Duration {
-		info, err := rs.Client().Info(context.Background(), "cpu").Result()
+	read := func() (time.Duration, int64) {
+		ctx := context.Background()
+		cpu, err := redisinfo.CPU(ctx, rs.Client())
 		if err != nil {
 			b.Fatal(err)
 		}
-		var sum float64
-		for l := range strings.SplitSeq(info, "\n") {
-			k, v, _ := strings.Cut(strings.TrimSpace(l), ":")
-			if k == "used_cpu_sys" || k == "used_cpu_user" {
-				f, _ := strconv.ParseFloat(v, 64)
-				sum += f
-			}
-		}
-		return time.Duration(sum * float64(time.Second))
-	}
-	scripts := func() int64 {
-		info, err := rs.Client().Info(context.Background(), "commandstats").Result()
+		calls, err := redisinfo.ScriptCalls(ctx, rs.Client())
 		if err != nil {
 			b.Fatal(err)
 		}
-		var n int64
-		for l := range strings.SplitSeq(info, "\n") {
-			for _, cmd := range []string{"evalsha", "eval"} {
-				if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_"+cmd+":calls="); ok {
-					c, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-					n += c
-				}
-			}
-		}
-		return n
+		return cpu, calls
 	}
-	start, calls := cpu(), scripts()
+	cpu0, calls0 := read()
 	return func() {
 		if b.N > 1 {
-			b.ReportMetric(float64(cpu()-start)/float64(b.N), "redis-cpu-ns/op")
-			b.ReportMetric(float64(scripts()-calls)/float64(b.N), "scripts/op")
+			cpu, calls := read()
+			b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "redis-cpu-ns/op")
+			b.ReportMetric(float64(calls-calls0)/float64(b.N), "scripts/op")
 		}
 	}
 }

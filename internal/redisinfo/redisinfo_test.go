@@ -1,18 +1,18 @@
-package main
+package redisinfo
 
 import (
 	"testing"
 	"time"
 )
 
-func TestParseRedisCPU(t *testing.T) {
+func TestParseCPU(t *testing.T) {
 	info := "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\nused_cpu_sys_children:9.000000\r\n" +
 		"used_cpu_user_children:9.000000\r\nused_cpu_sys_main_thread:9.000000\r\n"
-	got, err := parseRedisCPU(info)
+	got, err := ParseCPU(info)
 	if err != nil || got != 3750*time.Millisecond {
-		t.Errorf("parseRedisCPU = %v, %v; want 3.75s", got, err)
+		t.Errorf("ParseCPU = %v, %v; want 3.75s", got, err)
 	}
-	if _, err := parseRedisCPU("# CPU\r\nused_cpu_sys:1.5\r\n"); err == nil {
+	if _, err := ParseCPU("# CPU\r\nused_cpu_sys:1.5\r\n"); err == nil {
 		t.Error("no used_cpu_user: no error")
 	}
 }
@@ -20,7 +20,7 @@ func TestParseRedisCPU(t *testing.T) {
 func TestParseScriptCalls(t *testing.T) {
 	info := "# Commandstats\r\ncmdstat_evalsha:calls=10,usec=5,usec_per_call=0.5\r\n" +
 		"cmdstat_eval:calls=2,usec=1\r\ncmdstat_evalsha_ro:calls=100\r\ncmdstat_info:calls=7\r\n"
-	if got := parseScriptCalls(info); got != 12 {
-		t.Errorf("parseScriptCalls = %d, want 12", got)
+	if got := ParseScriptCalls(info); got != 12 {
+		t.Errorf("ParseScriptCalls = %d, want 12", got)
 	}
 }
