@@ -25,24 +25,34 @@ import (
 	"github.com/ruled-dev/ruled/plugins/builtin"
 )
 
-const rulesYAML = `rules:
+// rulesYAML is the rule file of the tests. Its daily windows turn over 12 h
+// from the test's start, so that the counts of the traffic a test makes are
+// still the window's when the page reads them, whenever the test runs (a
+// window of a minute turned over between the two now and then).
+var rulesYAML = strings.ReplaceAll(`rules:
   - name: login-per-ip
     when: request.path == "/login"
     subject: request.ip
     plugin: fixedwindow
-    config: {limit: 5, window: 1m}
+    config: {limit: 5, window: 24h, offset: OFFSET}
   - name: api-per-user
     when: request.user != ""
     subject: request.user
     plugin: fixedwindow
-    config: {limit: 1000, window: 1m}
+    config: {limit: 1000, window: 24h, offset: OFFSET}
     on_error: local
   - name: quiet
     when: request.path == "/never"
     subject: request.ip
     plugin: fixedwindow
-    config: {limit: 5, window: 1m}
-`
+    config: {limit: 5, window: 24h, offset: OFFSET}
+`, "OFFSET", halfADayAgo(time.Now()))
+
+// halfADayAgo is the offset of the daily windows that began 12 h before now.
+func halfADayAgo(now time.Time) string {
+	day := 24 * time.Hour
+	return ((now.Sub(now.Truncate(day)) + day/2) % day).Truncate(time.Second).String()
+}
 
 const token = "ui-test-token"
 

@@ -1,5 +1,5 @@
 // Package redisinfo reads what benchmarks and tests measure Redis by from
-// its INFO command: the server's CPU time and the scripts it has run.
+// its INFO command: the server's CPU time and the commands it has run.
 package redisinfo
 
 import (
@@ -47,27 +47,47 @@ func ParseCPU(info string) (time.Duration, error) {
 // ScriptCalls is how many EVAL and EVALSHA commands Redis has run since
 // its statistics were last reset (INFO commandstats).
 func ScriptCalls(ctx context.Context, c redis.UniversalClient) (int64, error) {
-	info, err := c.Info(ctx, "commandstats").Result()
+	calls, err := Calls(ctx, c)
 	if err != nil {
-		return 0, fmt.Errorf("INFO commandstats: %w", err)
+		return 0, err
 	}
-	return ParseScriptCalls(info), nil
+	return calls["evalsha"] + calls["eval"], nil
 }
 
 // ParseScriptCalls sums the EVAL and EVALSHA calls in the text of INFO
 // commandstats.
 func ParseScriptCalls(info string) int64 {
-	var total int64
+	calls := ParseCalls(info)
+	return calls["evalsha"] + calls["eval"]
+}
+
+// Calls is how many times Redis has run each command since its statistics
+// were last reset (INFO commandstats), keyed by the command's lower-case
+// name; commands a script runs count too.
+func Calls(ctx context.Context, c redis.UniversalClient) (map[string]int64, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	return ParseCalls(info), nil
+}
+
+// ParseCalls reads each command's calls from the text of INFO
+// commandstats, keyed by the command's name as Redis writes it.
+func ParseCalls(info string) map[string]int64 {
+	calls := map[string]int64{}
 	for line := range strings.SplitSeq(info, "\n") {
-		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
 			continue
 		}
-		if _, rest, ok := strings.Cut(line, "calls="); ok {
-			v, _, _ := strings.Cut(rest, ",")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			total += n
+		if _, v, ok := strings.Cut(rest, "calls="); ok {
+			v, _, _ = strings.Cut(v, ",")
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				calls[name] = n
+			}
 		}
 	}
-	return total
+	return calls
 }

@@ -24,3 +24,12 @@ func TestParseScriptCalls(t *testing.T) {
 		t.Errorf("ParseScriptCalls = %d, want 12", got)
 	}
 }
+
+func TestParseCalls(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_hincrby:calls=3,usec=5,usec_per_call=1.6\r\ncmdstat_evalsha:calls=1,usec=9\r\n" +
+		"cmdstat_config|resetstat:calls=2,usec=1\r\nnot_a_command:calls=5\r\n"
+	got := ParseCalls(info)
+	if len(got) != 3 || got["hincrby"] != 3 || got["evalsha"] != 1 || got["config|resetstat"] != 2 {
+		t.Errorf("ParseCalls = %v, want hincrby 3, evalsha 1, config|resetstat 2", got)
+	}
+}

@@ -83,7 +83,7 @@ var calendarShape = sdk.NewShape(sdk.FieldAllowed, sdk.FieldGranted, sdk.FieldLi
 // carries the period and Redis time. (examples/plugins/assemblyscript
 // reads the first literal's name and commands from this file.)
 func (Plugin) Info() sdk.Info {
-	return sdk.Info{Name: Name, Version: "1.2.0", Scripts: []sdk.Script{{
+	return sdk.Info{Name: Name, Version: "2.0.0", Scripts: []sdk.Script{{
 		Name:     "decide",
 		Source:   script,
 		Commands: []string{"HMGET", "HGET", "HSET", "HINCRBY", "HDEL", "DEL", "PEXPIRE"},

@@ -1,7 +1,11 @@
 -- fixedwindow: a counter per window aligned to Redis time plus an offset,
 -- or per calendar period.
--- KEYS[1] counter hash {s = window start (us), n = count, e = window end
--- (us)}, expiring a second after the window ends
+-- KEYS[1] counter hash: field "<start>:<end>" (window start and end, us)
+-- holds the window's count, field w names that field; the hash expires a
+-- second after the window ends. Each decision of a window after its first
+-- is one HINCRBY. Fields s, n and e are fixedwindow 1's layout (window
+-- start, count, end), carried into the new one by the first decision that
+-- finds them.
 -- KEYS[2] dedup hash {dedup_id = "<window start>:<granted>"}
 -- ARGV: limit (0 blocks), window_us, offset_us, hits, dedup_id, best_effort (0|1)
 -- Reply: {allowed, granted, limit, remaining, reset_us, retry_after_us}
@@ -18,15 +22,13 @@
 -- happens anywhere. Stored times are written with %d, never tostring.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
-local offset = tonumber(ARGV[3])
 local hits = tonumber(ARGV[4])
 local dedup = ARGV[5]
-local best = ARGV[6] == '1'
 
 local now = ruled_now_us()
 local start, stop
 if window > 0 then
-  start = now - math.fmod(now - offset, window)
+  start = now - math.fmod(now - tonumber(ARGV[3]), window)
   stop = start + window
 else
   for i = 8, #ARGV do
@@ -44,6 +46,23 @@ else
   end
 end
 local reset = stop - now
+local start_s = string.format('%d', start)
+local field = start_s .. ':' .. string.format('%d', stop)
+
+-- Most decisions: hits without a dedup_id, granted in a window that has
+-- counted before; one command, and no function made. Otherwise n is the
+-- count the hits were added to, settled below.
+local n
+if hits > 0 and limit > 0 and dedup == '' then
+  local c = redis.call('HINCRBY', KEYS[1], field, hits)
+  if c > hits and c <= limit then
+    if window > 0 then
+      return {1, hits, limit, limit - c, reset, 0}
+    end
+    return {1, hits, limit, limit - c, reset, 0, stop - start, now}
+  end
+  n = c - hits
+end
 
 -- the reply; a calendar's adds the period's length and Redis time
 local function reply(allowed, granted, lim, remaining, retry)
@@ -53,9 +72,6 @@ local function reply(allowed, granted, lim, remaining, retry)
   return {allowed, granted, lim, remaining, reset, retry, stop - start, now}
 end
 
-local ttl_ms = math.floor(reset / 1000) + 1000
-local start_s = string.format('%d', start)
-
 -- limit 0 blocks: hits and peeks alike are denied until the window ends
 -- (no hit is left, as in an exhausted window), whatever is counted or
 -- recorded; neither reads nor writes the keys. Refunds (below) give back
@@ -64,13 +80,63 @@ if limit == 0 and hits >= 0 then
   return reply(0, 0, 0, 0, reset)
 end
 
-local cur = redis.call('HMGET', KEYS[1], 's', 'n', 'e')
-local count = 0
-if cur[1] == start_s then
-  count = tonumber(cur[2]) or 0
-elseif cur[1] then
-  -- a new window: the last window's dedup records are void
-  redis.call('DEL', KEYS[2])
+-- the count field the hash holds besides this window's, and whether it
+-- belongs to a window of the same start (a rule's new window that starts
+-- where the old one did but ends elsewhere), whose count is this one's
+local function other(w)
+  return w, string.sub(w, 1, #start_s + 1) == start_s .. ':'
+end
+
+-- count reads this window's count without writing
+local function count()
+  local v = redis.call('HMGET', KEYS[1], field, 'w', 's', 'n')
+  if v[1] then return tonumber(v[1]) end
+  if v[2] then
+    local w, same = other(v[2])
+    if same then return tonumber(redis.call('HGET', KEYS[1], w)) or 0 end
+    return 0
+  end
+  if v[3] == start_s then return tonumber(v[4]) or 0 end
+  return 0
+end
+
+-- adopt makes the hash this window's when its field was empty, once per
+-- window: it drops the other window's field (moving its count here when
+-- that window starts at the same instant) or fixedwindow 1's fields (the
+-- same), drops the dedup records of an earlier window, names the field
+-- and sets the expiry. It returns the count moved here.
+local function adopt()
+  local w = redis.call('HGET', KEYS[1], 'w')
+  if w == field then return 0 end
+  local moved, found, same = 0, false, false
+  if w then
+    w, same = other(w)
+    found = true
+    if same then moved = tonumber(redis.call('HGET', KEYS[1], w)) or 0 end
+    redis.call('HDEL', KEYS[1], w)
+  else
+    local old = redis.call('HMGET', KEYS[1], 's', 'n')
+    if old[1] then
+      found, same = true, old[1] == start_s
+      if same then moved = tonumber(old[2]) or 0 end
+      redis.call('HDEL', KEYS[1], 's', 'n', 'e')
+    end
+  end
+  if found and not same then
+    -- a new window: the last window's dedup records are void
+    redis.call('DEL', KEYS[2])
+  end
+  redis.call('HSET', KEYS[1], 'w', field)
+  redis.call('PEXPIRE', KEYS[1], math.floor(reset / 1000) + 1000)
+  if moved ~= 0 then redis.call('HINCRBY', KEYS[1], field, moved) end
+  return moved
+end
+
+-- add adds delta to the window's count and returns the count before it
+local function add(delta)
+  local c = redis.call('HINCRBY', KEYS[1], field, delta)
+  if c ~= delta then return c - delta end
+  return adopt()
 end
 
 -- granted amount recorded for dedup in this window, or nil
@@ -83,25 +149,8 @@ local function recorded()
   return tonumber(string.sub(prev, sep + 1))
 end
 
--- store writes count, changed by delta. A window's first write sets the
--- hash and its expiry (the window's end plus a second); later writes in
--- the window only add, one command instead of two, unless the window's
--- end moved (a rule's new window that starts where the old one did) or
--- the hash predates its end field.
-local stop_s = string.format('%d', stop)
-local fresh = cur[1] ~= start_s or cur[3] ~= stop_s or not tonumber(cur[2])
-local function store(delta)
-  if fresh then
-    redis.call('HSET', KEYS[1], 's', start_s, 'n', count, 'e', stop_s)
-    redis.call('PEXPIRE', KEYS[1], ttl_ms)
-    fresh = false
-  else
-    redis.call('HINCRBY', KEYS[1], 'n', delta)
-  end
-end
-
 if hits == 0 then
-  local remaining = math.max(limit - count, 0)
+  local remaining = math.max(limit - count(), 0)
   if remaining > 0 then
     return reply(1, 0, limit, remaining, 0)
   end
@@ -119,32 +168,39 @@ if hits < 0 then
       redis.call('HDEL', KEYS[2], dedup)
     end
   end
-  refund = math.min(refund, count)
+  local n = count()
+  refund = math.min(refund, n)
   if refund > 0 then
-    count = count - refund
-    store(-refund)
+    n = add(-refund) - refund
   end
-  return reply(1, -refund, limit, math.max(limit - count, 0), 0)
+  return reply(1, -refund, limit, math.max(limit - n, 0), 0)
 end
 
-local g = recorded()
-if g ~= nil then
-  return reply(1, g, limit, math.max(limit - count, 0), 0)
+if n == nil then
+  local g = recorded()
+  if g ~= nil then
+    return reply(1, g, limit, math.max(limit - count(), 0), 0)
+  end
+  n = add(hits)
+elseif n == 0 then
+  n = adopt()
 end
-
+-- the hits are counted: take back what is not granted
 local granted = 0
-if count + hits <= limit then
+if n + hits <= limit then
   granted = hits
-elseif best and count < limit then
-  granted = limit - count
+elseif n < limit and ARGV[6] == '1' then
+  granted = limit - n
+end
+if granted < hits then
+  redis.call('HINCRBY', KEYS[1], field, granted - hits)
 end
 if granted > 0 then
-  count = count + granted
-  store(granted)
+  n = n + granted
   if dedup ~= '' then
     redis.call('HSET', KEYS[2], dedup, start_s .. ':' .. string.format('%d', granted))
-    redis.call('PEXPIRE', KEYS[2], ttl_ms)
+    redis.call('PEXPIRE', KEYS[2], math.floor(reset / 1000) + 1000)
   end
-  return reply(1, granted, limit, limit - count, 0)
+  return reply(1, granted, limit, limit - n, 0)
 end
-return reply(0, 0, limit, math.max(limit - count, 0), reset)
+return reply(0, 0, limit, math.max(limit - n, 0), reset)

@@ -2,10 +2,13 @@ package fixedwindow_test
 
 import (
 	"context"
+	"maps"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ruled-dev/ruled/internal/redisinfo"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
 	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
@@ -247,7 +250,7 @@ func TestConfigErrorsOfWindowAndOffset(t *testing.T) {
 }
 
 // counterKey returns the counter hash of rule r's subject, the one key of
-// the subject with a window start field.
+// the subject with the field naming its window's count.
 func counterKey(t *testing.T, env *plugintest.Env, subject string) string {
 	t.Helper()
 	ctx := context.Background()
@@ -256,7 +259,7 @@ func counterKey(t *testing.T, env *plugintest.Env, subject string) string {
 		t.Fatal(err)
 	}
 	for _, k := range keys {
-		if ok, _ := env.Redis.Client().HExists(ctx, k, "s").Result(); ok {
+		if ok, _ := env.Redis.Client().HExists(ctx, k, "w").Result(); ok {
 			return k
 		}
 	}
@@ -266,48 +269,129 @@ func counterKey(t *testing.T, env *plugintest.Env, subject string) string {
 
 // TestLongerWindowOfTheSameStartKeepsTheCountAlive: writes within a window
 // only add to the count, but a rule's new window that starts where the old
-// one did and ends later moves the counter's expiry to its own end, so the
-// count outlives the old window's end.
+// one did and ends later moves the count to its own field and the
+// counter's expiry to its own end, so the count outlives the old window's
+// end; the hash holds one count field and its name.
 func TestLongerWindowOfTheSameStartKeepsTheCountAlive(t *testing.T) {
 	env := plugintest.NewEnv(t)
+	ctx := context.Background()
 	setClock(env, time.Date(2026, 10, 2, 12, 0, 30, 0, time.UTC))
 	decide(t, env, map[string]any{"limit": 5, "window": "1m"}, hit("s", 1))
 	decide(t, env, map[string]any{"limit": 5, "window": "1m"}, hit("s", 1))
 	k := counterKey(t, env, "s")
-	ttl1m := env.Redis.Client().PTTL(context.Background(), k).Val()
+	ttl1m := env.Redis.Client().PTTL(ctx, k).Val()
 	if d := decide(t, env, map[string]any{"limit": 5, "window": "2m"}, hit("s", 1)); d.Remaining != 2 {
 		t.Fatalf("window 2m starting at the same instant: %+v, want remaining 2", d)
 	}
 	// 30 s of the 1m window were left, 90 s of the 2m one.
-	if ttl := env.Redis.Client().PTTL(context.Background(), k).Val(); ttl < ttl1m+50*time.Second || ttl > 92*time.Second {
+	if ttl := env.Redis.Client().PTTL(ctx, k).Val(); ttl < ttl1m+50*time.Second || ttl > 92*time.Second {
 		t.Fatalf("counter expires in %v after the 2m window's write (%v under 1m), want about 91s", ttl, ttl1m)
+	}
+	if d := decide(t, env, map[string]any{"limit": 5, "window": "1m"}, hit("s", 0)); d.Remaining != 2 {
+		t.Fatalf("back to 1m, a peek: %+v, want remaining 2 (the count read where the 2m window left it)", d)
+	}
+	if h := env.Redis.Client().HGetAll(ctx, k).Val(); len(h) != 2 || h[h["w"]] != "3" {
+		t.Fatalf("counter %v, want the 2m window's field holding 3 and w naming it", h)
 	}
 }
 
-// TestCountOfAHashWithoutItsEndIsKept: a counter written before the hash
-// recorded its window's end (fixedwindow 1.1) keeps its count, and gets
-// the end and its expiry with the next write.
-func TestCountOfAHashWithoutItsEndIsKept(t *testing.T) {
-	env := plugintest.NewEnv(t)
+// TestCountOfFixedwindow1IsCarried: a counter of fixedwindow 1's layout
+// (fields s, n and, from 1.2, e; 1.1 wrote no end) keeps its count when the
+// first decision of its window finds it, moved into the window's field with
+// the window's expiry; one of an earlier window is dropped with the dedup
+// records.
+func TestCountOfFixedwindow1IsCarried(t *testing.T) {
 	at := time.Date(2026, 10, 2, 12, 0, 30, 0, time.UTC)
-	setClock(env, at)
-	ctx := context.Background()
-	k := "ruled:fixedwindow:r:{s}:c"
 	start := at.Truncate(time.Minute).UnixMicro()
-	if err := env.Redis.Client().HSet(ctx, k, "s", start, "n", 3).Err(); err != nil {
-		t.Fatal(err)
+	end := start + time.Minute.Microseconds()
+	field := strconv.FormatInt(start, 10) + ":" + strconv.FormatInt(end, 10)
+	for _, tc := range []struct {
+		name   string
+		fields []any
+		want   string // the window's count after one hit
+	}{
+		{"1.2", []any{"s", start, "n", 3, "e", end}, "4"},
+		{"1.1", []any{"s", start, "n", 3}, "4"},
+		{"an earlier window", []any{"s", start - time.Minute.Microseconds(), "n", 3, "e", start}, "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := plugintest.NewEnv(t)
+			setClock(env, at)
+			ctx := context.Background()
+			k, d := "ruled:fixedwindow:r:{s}:c", "ruled:fixedwindow:r:{s}:d"
+			if err := env.Redis.Client().HSet(ctx, k, tc.fields...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.Redis.Client().HSet(ctx, d, "x", strconv.FormatInt(start, 10)+":1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			peek := decide(t, env, map[string]any{"limit": 5, "window": "1m"}, hit("s", 0))
+			if got := strconv.Itoa(5 - int(peek.Remaining) + 1); got != tc.want {
+				t.Fatalf("a peek: %+v, want the count before the hit (%s - 1)", peek, tc.want)
+			}
+			decide(t, env, map[string]any{"limit": 5, "window": "1m"}, hit("s", 1))
+			h := env.Redis.Client().HGetAll(ctx, k).Val()
+			if len(h) != 2 || h["w"] != field || h[field] != tc.want {
+				t.Fatalf("counter %v, want only %s = %s and w naming it", h, field, tc.want)
+			}
+			if ttl := env.Redis.Client().PTTL(ctx, k).Val(); ttl <= 0 || ttl > 32*time.Second {
+				t.Fatalf("counter expires in %v, want the window's end plus a second (31s)", ttl)
+			}
+			dropped := env.Redis.Client().Exists(ctx, d).Val() == 0
+			if want := tc.want == "1"; dropped != want {
+				t.Fatalf("dedup hash dropped: %v, want %v (only by a new window)", dropped, want)
+			}
+		})
 	}
-	if k2 := counterKey(t, env, "s"); k2 != k {
-		t.Fatalf("counter key is %s, not %s: the test writes the wrong one", k2, k)
-	}
-	if d := decide(t, env, map[string]any{"limit": 5, "window": "1m"}, hit("s", 1)); !d.Allowed || d.Remaining != 1 {
-		t.Fatalf("%+v, want allowed with remaining 1 (3 counted before, 1 now)", d)
-	}
-	h := env.Redis.Client().HGetAll(ctx, k).Val()
-	if h["n"] != "4" || h["e"] != strconv.FormatInt(start+time.Minute.Microseconds(), 10) {
-		t.Fatalf("counter %v, want n 4 and e the window's end", h)
-	}
-	if ttl := env.Redis.Client().PTTL(ctx, k).Val(); ttl <= 0 || ttl > 32*time.Second {
-		t.Fatalf("counter expires in %v, want the window's end plus a second (31s)", ttl)
+}
+
+// TestCommandsPerDecision: the Redis commands docs/plugins.md lists for
+// each kind of decision, counted by Redis (commands a script runs count in
+// INFO commandstats; TIME is the prelude's, and the connections' own are
+// left out).
+func TestCommandsPerDecision(t *testing.T) {
+	env := plugintest.NewEnv(t)
+	ctx := context.Background()
+	client := env.Redis.Client()
+	raw := map[string]any{"limit": 3, "window": "1m"}
+	setClock(env, time.Date(2026, 10, 2, 12, 0, 30, 0, time.UTC))
+	for _, step := range []struct {
+		name string
+		req  sdk.Request
+		want map[string]int64
+	}{
+		// a new subject: no w, and no fields of fixedwindow 1 either
+		{"the window's first grant", hit("s", 1), map[string]int64{"hincrby": 1, "hget": 1, "hmget": 1, "hset": 1, "pexpire": 1}},
+		{"a later grant", hit("s", 1), map[string]int64{"hincrby": 1}},
+		{"a peek", hit("s", 0), map[string]int64{"hmget": 1}},
+		{"a denial", hit("s", 2), map[string]int64{"hincrby": 2}},
+		{"a refund", hit("s", -1), map[string]int64{"hmget": 1, "hincrby": 1}},
+		{"a grant with a dedup id", sdk.Request{Subject: "s", Hits: 1, DedupID: "x"}, map[string]int64{"hget": 1, "hincrby": 1, "hset": 1, "pexpire": 1}},
+		{"a later window's first grant", hit("s", 1), map[string]int64{"hincrby": 1, "hget": 1, "hdel": 1, "del": 1, "hset": 1, "pexpire": 1}},
+		{"a block", hit("s", 1), nil},
+	} {
+		switch step.name {
+		case "a later window's first grant":
+			env.Clock.Advance(time.Minute)
+		case "a block":
+			raw = map[string]any{"limit": 0, "window": "1m"}
+		}
+		if err := client.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		decide(t, env, raw, step.req)
+		calls, err := redisinfo.Calls(ctx, client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, cmd := range fixedwindow.New().Info().Scripts[0].Commands {
+			if n := calls[strings.ToLower(cmd)]; n > 0 {
+				got[strings.ToLower(cmd)] = n
+			}
+		}
+		if !maps.Equal(got, step.want) && !(len(got) == 0 && len(step.want) == 0) {
+			t.Errorf("%s: Redis ran %v, want %v", step.name, got, step.want)
+		}
 	}
 }
