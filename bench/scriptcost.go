@@ -67,23 +67,26 @@ return out
 const decisionReply = "return {1, 1, 1000000000, 999999999, 60000000, 0}"
 
 // costSteps are the rows, each adding one piece to the previous, ending
-// with fixedwindow's production script as the capability registers it and,
-// for comparison, envoy ratelimit's two plain commands.
+// with fixedwindow's production script as the capability registers a
+// built-in, the same under a loaded plugin's reply cap, and, for
+// comparison, envoy ratelimit's two plain commands.
 func costSteps() []costStep {
-	var decide, body string
+	var decide, capped, body string
 	for _, s := range fixedwindow.New().Info().Scripts {
 		if s.Name == "decide" {
-			decide, body = capability.Source(fixedwindow.Name, s.Name, s.Source), s.Source
+			capped = capability.Source(fixedwindow.Name, s.Name, s.Source)
+			decide, body = capability.NativeSource(fixedwindow.Name, s.Name, s.Source), s.Source
 		}
 	}
 	return []costStep{
 		{"evalsha", "a script call (return 1)", "return 1", 0},
 		{"reply", "+ a decision's reply (6 integers)", decisionReply, 0},
 		{"time", "+ TIME", "redis.call('TIME')\n" + decisionReply, 0},
-		{"wrapped", "+ ruled's prelude and reply cap", capability.Source("bench", "wrapped", "redis.call('TIME')\n"+decisionReply), 0},
-		{"commands", "+ a grant's HMGET and HINCRBY", capability.Source("bench", "commands", "redis.call('TIME')\n"+
-			"redis.call('HMGET', KEYS[1], 's', 'n', 'e')\nredis.call('HINCRBY', KEYS[1], 'n', 1)\n"+decisionReply), 0},
+		{"wrapped", "+ ruled's prelude (a built-in's)", capability.NativeSource("bench", "wrapped", "redis.call('TIME')\n"+decisionReply), 0},
+		{"commands", "+ a grant's HINCRBY", capability.NativeSource("bench", "commands", "redis.call('TIME')\n"+
+			"redis.call('HINCRBY', KEYS[1], 'n', 1)\n"+decisionReply), 0},
 		{"fixedwindow", "+ the rest of fixedwindow's decide", decide, 0},
+		{"capped", "fixedwindow's decide with the reply cap of a loaded plugin", capped, 0},
 		{"batched", "fixedwindow's decide, " + strconv.Itoa(batchSize) + " decisions per script call (a probe)", batchedSource(body), batchSize},
 		{"incrby+expire", "envoy ratelimit's INCRBY + EXPIRE, no script", "", 0},
 	}

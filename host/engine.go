@@ -29,7 +29,14 @@ type Options struct {
 	// Capability runs plugin scripts. Required.
 	Capability *capability.Capability
 	// Plugins are the algorithms rules may name (the built-ins, usually).
+	// Their scripts run without the reply cap (capability.RegisterNative)
+	// unless PluginsLoaded is set.
 	Plugins []sdk.Algorithm
+	// PluginsLoaded says Plugins run code that ruled loaded at run time
+	// (the built-ins through the Wasm driver) rather than code compiled
+	// into it: their scripts' replies are capped as every loaded plugin's
+	// are (capability.Register).
+	PluginsLoaded bool
 	// Now is the clock of the in-process shortcuts (deny cache, rule leases):
 	// time.Now unless a test injects the clock its scripts see.
 	Now func() time.Time
@@ -157,7 +164,11 @@ func NewEngine(o Options) (*Engine, error) {
 		if _, dup := e.builtins[info.Name]; dup {
 			return nil, fmt.Errorf("host: plugin %q registered twice", info.Name)
 		}
-		reg, err := o.Capability.Register(info.Name, info.Scripts)
+		register := o.Capability.RegisterNative
+		if o.PluginsLoaded {
+			register = o.Capability.Register
+		}
+		reg, err := register(info.Name, info.Scripts)
 		if err != nil {
 			return nil, fmt.Errorf("host: %w", err)
 		}

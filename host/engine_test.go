@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/sdk"
 )
 
 // newEngine returns an engine with its own Redis connection pool, as a
@@ -213,5 +215,39 @@ rules:
 	}
 	if e.Inspect().DenyCacheHits() != 0 {
 		t.Errorf("deny cache answered %d checks", e.Inspect().DenyCacheHits())
+	}
+}
+
+// hugeReply is a plugin whose script answers a reply over the cap: its
+// decision is allowed when the reply came back, an error otherwise.
+type hugeReply struct{ sdk.OneStep }
+
+func (hugeReply) Info() sdk.Info {
+	return sdk.Info{Name: "huge", Scripts: []sdk.Script{{Name: "big", Source: `return string.rep('x', 1048576)`}}}
+}
+func (hugeReply) Configure(map[string]any) (sdk.Config, error) { return struct{}{}, nil }
+func (hugeReply) Decide(ctx context.Context, h sdk.Host, _ sdk.Config, _ sdk.Request) (sdk.Decision, error) {
+	if _, err := h.Eval(ctx, "big", nil); err != nil {
+		return sdk.Decision{}, err
+	}
+	return sdk.Decision{Allowed: true, Granted: 1}, nil
+}
+
+// TestCompiledInPluginsRunWithoutTheReplyCap: the engine's Plugins run
+// without capability.MaxReplyBytes, unless Options.PluginsLoaded says they
+// are code ruled loaded (the built-ins through the Wasm driver).
+func TestCompiledInPluginsRunWithoutTheReplyCap(t *testing.T) {
+	srv := redistest.Start(t)
+	const yaml = "rules:\n  - name: huge\n    subject: request.ip\n    plugin: huge\n    on_error: deny\n"
+	for _, loaded := range []bool{false, true} {
+		e := newEngineOpts(t, srv, yaml, capability.Options{}, func(o *host.Options) {
+			o.Plugins = append(o.Plugins, hugeReply{})
+			o.PluginsLoaded = loaded
+		})
+		res := check(e, "192.0.2.1")
+		err := res.Results[0].Err
+		if capped := err != nil && strings.Contains(err.Error(), "TOOLARGE"); capped != loaded || res.Allowed == loaded {
+			t.Errorf("PluginsLoaded %v: allowed %v, error %v; want the reply capped: %v", loaded, res.Allowed, err, loaded)
+		}
 	}
 }

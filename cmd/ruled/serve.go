@@ -282,7 +282,8 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	if stats != nil {
 		observer = statsObserver{m, stats}
 	}
-	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, Logger: log, Observer: observer,
+	engine, err := host.NewEngine(host.Options{Capability: cap, Plugins: builtins, PluginsLoaded: c.builtins == builtinsWasm,
+		Logger: log, Observer: observer,
 		Tracer:     tr.Tracer("github.com/ruled-dev/ruled/host"),
 		LoadPlugin: pluginLoader(log, wopts, pools), DecisionTimeout: c.decisionTO})
 	if err != nil {

@@ -296,10 +296,12 @@ func (c *Capability) Prefix() string { return c.prefix }
 // Timeout returns the per-call time-out.
 func (c *Capability) Timeout() time.Duration { return c.timeout }
 
-// MaxReplyBytes caps what one script call may return: arrays count 8 bytes
-// and 8 for each entry, strings their length. A larger reply is refused
-// inside Redis (it never crosses the network), and the call fails with
-// ClassRefused against the plugin: rate-limit decisions need a few numbers.
+// MaxReplyBytes caps what one script call of a plugin that ruled loads
+// (Register) may return: arrays count 8 bytes and 8 for each entry, strings
+// their length. A larger reply is refused inside Redis (it never crosses
+// the network), and the call fails with ClassRefused against the plugin:
+// rate-limit decisions need a few numbers. Plugins compiled into ruled
+// (RegisterNative) are not capped.
 const MaxReplyBytes = 64 << 10
 
 // Prelude is the start of every declared script. It takes the clock argument
@@ -359,18 +361,34 @@ end
 return ruled_reply
 `)
 
-// Source returns the script ruled runs for a plugin's declared source: a
-// first line that names it (SLOWLOG shows it, for the watchdog), the
-// Prelude, the source as the body of a function, and the reply cap.
-func Source(plugin, script, body string) string { return source(plugin, script, body, false) }
+// nativePostlude closes the plugin's function and returns its reply as it
+// is: the end of a native plugin's scripts.
+const nativePostlude = "\nend\nreturn ruled_script()\n"
 
-// source is Source, with holdExpiry in the prelude when hold is set.
-func source(plugin, script, body string, hold bool) string {
+// Source returns the script ruled runs for a declared source of a plugin
+// it loads: a first line that names it (SLOWLOG shows it, for the
+// watchdog), the Prelude, the source as the body of a function, and the
+// reply cap.
+func Source(plugin, script, body string) string { return source(plugin, script, body, false, true) }
+
+// NativeSource is Source for a plugin compiled into ruled: the same lines
+// without the reply cap.
+func NativeSource(plugin, script, body string) string {
+	return source(plugin, script, body, false, false)
+}
+
+// source is Source, with holdExpiry in the prelude when hold is set and
+// the reply cap when capped is.
+func source(plugin, script, body string, hold, capped bool) string {
 	prelude := Prelude
 	if hold {
 		prelude = preludeClock + holdExpiry + preludeOpen
 	}
-	return sourceTag + plugin + "/" + script + "\n" + prelude + body + postlude
+	end := nativePostlude
+	if capped {
+		end = postlude
+	}
+	return sourceTag + plugin + "/" + script + "\n" + prelude + body + end
 }
 
 // sourceTag starts the first line of every script ruled runs.
@@ -395,9 +413,22 @@ type Plugin struct {
 	q        *quarantine           // shared by every registration of the name
 }
 
-// Register declares a plugin's scripts. Names must be valid and scripts
-// unique; each source runs as Source wraps it.
+// Register declares the scripts of a plugin that ruled loads (Wasm, a
+// process). Names must be valid and scripts unique; each source runs as
+// Source wraps it, under the reply cap.
 func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, error) {
+	return c.register(plugin, scripts, true)
+}
+
+// RegisterNative is Register for a plugin compiled into ruled, whose code
+// runs in ruled's process with its trust: each source runs as NativeSource
+// wraps it, without the reply cap, which guards ruled against the plugins
+// it loads and costs every call a walk over its reply.
+func (c *Capability) RegisterNative(plugin string, scripts []sdk.Script) (*Plugin, error) {
+	return c.register(plugin, scripts, false)
+}
+
+func (c *Capability) register(plugin string, scripts []sdk.Script, capped bool) (*Plugin, error) {
 	if !ValidName(plugin) {
 		return nil, fmt.Errorf("capability: plugin name %q: want lower-case letters, digits, '-' or '_' (at most 63)", plugin)
 	}
@@ -421,7 +452,7 @@ func (c *Capability) Register(plugin string, scripts []sdk.Script) (*Plugin, err
 				return nil, fmt.Errorf("capability: plugin %s: script %q: Returns: %w", plugin, s.Name, err)
 			}
 		}
-		src := source(plugin, s.Name, s.Source, c.holdKeys)
+		src := source(plugin, s.Name, s.Source, c.holdKeys, capped)
 		rs := redis.NewScript(src)
 		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash(), returns: s.Returns, body: s.Source,
 			commands: s.Commands, headLines: headLines(src, s.Source), bodyLines: strings.Count(s.Source, "\n") + 1}
@@ -693,7 +724,11 @@ type script struct {
 // headLines is the number of lines Source puts before body in src: the
 // first line and the Prelude's.
 func headLines(src, body string) int {
-	return strings.Count(src[:len(src)-len(body)-len(postlude)], "\n")
+	end := nativePostlude
+	if strings.HasSuffix(src, postlude) {
+		end = postlude
+	}
+	return strings.Count(src[:len(src)-len(body)-len(end)], "\n")
 }
 
 // run runs one script call on client, or on sc, its autopipeliner, when

@@ -303,6 +303,34 @@ func TestReplyCap(t *testing.T) {
 	}
 }
 
+// A plugin compiled into ruled (RegisterNative) runs without the reply cap:
+// its reply comes back whole, and its scripts name it and count their lines
+// as a loaded plugin's do.
+func TestNativeRepliesAreNotCapped(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newCap(t, srv, capability.Options{})
+	p, err := c.RegisterNative("native", []sdk.Script{
+		{Name: "str", Source: `return string.rep('x', tonumber(ARGV[1]))`},
+		{Name: "broken", Source: "local x = 1\nreturn x + nil"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.Host("r", "s")
+	ctx := context.Background()
+	r, err := h.Eval(ctx, "str", nil, capability.MaxReplyBytes+1)
+	if s, _ := r.Value().(string); err != nil || len(s) != capability.MaxReplyBytes+1 {
+		t.Fatalf("native reply over the cap: %d bytes, %v; want all %d", len(s), err, capability.MaxReplyBytes+1)
+	}
+	if _, err := h.Eval(ctx, "broken", nil); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("native script's error: %v, want its own line 2", err)
+	}
+	if src := capability.NativeSource("native", "str", "return 1"); !strings.HasPrefix(src, "--ruled:native/str\n") ||
+		strings.Contains(src, "TOOLARGE") {
+		t.Fatalf("NativeSource: %q, want the naming line and no cap", src)
+	}
+}
+
 // With HoldKeys the scripts' expiry commands do nothing: Redis keeps the
 // keys a test clock still needs. The clock is read as before.
 func TestHoldKeys(t *testing.T) {
