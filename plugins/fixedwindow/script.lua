@@ -46,8 +46,7 @@ else
   end
 end
 local reset = stop - now
-local start_s = string.format('%d', start)
-local field = start_s .. ':' .. string.format('%d', stop)
+local field = string.format('%d:%d', start, stop)
 
 -- Most decisions: hits without a dedup_id, granted in a window that has
 -- counted before; one command, and no function made. Otherwise n is the
@@ -63,6 +62,8 @@ if hits > 0 and limit > 0 and dedup == '' then
   end
   n = c - hits
 end
+
+local start_s = string.format('%d', start)
 
 -- the reply; a calendar's adds the period's length and Redis time
 local function reply(allowed, granted, lim, remaining, retry)
