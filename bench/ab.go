@@ -6,10 +6,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -72,24 +75,26 @@ func runAB(c config) error {
 	defer st.Close()
 
 	conc := max(c.conc/len(targets), 1)
-	var daemons []*daemon
+	var daemons []abServer
 	defer func() {
 		for _, d := range daemons {
 			d.stop()
 		}
 	}()
+	start := startABDaemon
+	if c.abRLS {
+		start = startABRLS
+	}
 	for _, t := range targets {
-		sc := driverScenario{name: t.label, rules: ruleYAML("", "bench", "fixedwindow", fixedWindowConfig)}
-		d, err := startDaemon(ctx, t.binary, dir, redisURL, sc, conc)
+		d, err := start(ctx, t, dir, redisURL, c.subjects, conc)
 		if err != nil {
 			return err
 		}
 		daemons = append(daemons, d)
 	}
-	bodies := checkBodies(c.subjects)
 	for _, d := range daemons { // warm up, outside the measurement
-		if r := d.load(bodies, conc, min(c.duration, 2*time.Second)); r.errors > 0 {
-			return fmt.Errorf("%s: %d failed checks while warming up\n%s", d.sc.name, r.errors, d.logTail())
+		if r := d.load(min(c.duration, 2*time.Second)); r.errors > 0 {
+			return fmt.Errorf("%s: %d failed calls while warming up\n%s", d.name, r.errors, d.logTail())
 		}
 	}
 
@@ -107,7 +112,7 @@ func runAB(c config) error {
 		results := make([]*result, len(daemons))
 		var wg sync.WaitGroup
 		for i, d := range daemons {
-			wg.Go(func() { results[i] = d.load(bodies, conc, c.duration) })
+			wg.Go(func() { results[i] = d.load(c.duration) })
 		}
 		wg.Wait()
 		for i, d := range daemons {
@@ -116,15 +121,19 @@ func runAB(c config) error {
 				return err
 			}
 			if r := results[i]; r.errors > 0 || r.decisions == 0 {
-				return fmt.Errorf("%s: round %d: %d checks, %d failed\n%s", d.sc.name, round+1, r.decisions, r.errors, d.logTail())
+				return fmt.Errorf("%s: round %d: %d calls, %d failed\n%s", d.name, round+1, r.decisions, r.errors, d.logTail())
 			}
 			perReq[i] = append(perReq[i], float64((cpu1-cpu0[i]).Microseconds())/float64(results[i].decisions))
 		}
 	}
 
 	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintf(w, "ruled CPU per check: %d builds at once, %d connections each, %d rounds of %v, %d subjects\n\n",
-		len(daemons), conc, c.rounds, c.duration, c.subjects)
+	face := "POST /v1/check over HTTP"
+	if c.abRLS {
+		face = "ShouldRateLimit over gRPC (ruled envoy-ratelimit)"
+	}
+	fmt.Fprintf(w, "ruled CPU per check, %s: %d builds at once, %d concurrent checks each, %d rounds of %v, %d subjects\n\n",
+		face, len(daemons), conc, c.rounds, c.duration, c.subjects)
 	fmt.Fprintf(w, "build\tµs/check (median)\tratio to %s (median of rounds)\tratio min–max\t\n", targets[0].label)
 	for i, t := range targets {
 		ratios := make([]float64, c.rounds)
@@ -134,4 +143,61 @@ func runAB(c config) error {
 		fmt.Fprintf(w, "%s\t%.1f\t%.3f\t%.3f–%.3f\t\n", t.label, median(perReq[i]), median(ratios), slices.Min(ratios), slices.Max(ratios))
 	}
 	return w.Flush()
+}
+
+// abServer is one build under load in the A/B mode.
+type abServer struct {
+	name    string
+	pid     func() int
+	load    func(d time.Duration) *result
+	logTail func() string
+	stop    func()
+}
+
+// startABDaemon starts build t as `ruled serve` with the drivers mode's
+// native rule, loaded with POST /v1/check from conc connections.
+func startABDaemon(ctx context.Context, t abTarget, dir, redisURL string, subjects, conc int) (abServer, error) {
+	sc := driverScenario{name: t.label, rules: ruleYAML("", "bench", "fixedwindow", fixedWindowConfig)}
+	d, err := startDaemon(ctx, t.binary, dir, redisURL, sc, conc)
+	if err != nil {
+		return abServer{}, err
+	}
+	bodies := checkBodies(subjects)
+	return abServer{name: t.label, pid: d.pid, logTail: d.logTail, stop: d.stop,
+		load: func(dur time.Duration) *result { return d.load(bodies, conc, dur) }}, nil
+}
+
+// startABRLS starts build t as envoy ratelimit (ruled envoy-ratelimit on
+// bench/envoy-config.yaml, the envoy mode's environment), loaded with
+// ShouldRateLimit of user=N descriptors, every call allowed, from conc
+// concurrent calls.
+func startABRLS(ctx context.Context, t abTarget, dir, redisURL string, subjects, conc int) (abServer, error) {
+	socket, ok := strings.CutPrefix(redisURL, "unix://")
+	if !ok {
+		return abServer{}, errors.New("-ab-rls needs the private redis-server (no -redis)")
+	}
+	runtime := filepath.Join(dir, t.label+"-runtime")
+	conf := filepath.Join(runtime, "ratelimit", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		return abServer{}, err
+	}
+	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+		return abServer{}, err
+	}
+	env := []string{"RUNTIME_ROOT=" + runtime, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + socket, "USE_STATSD=false", "LOG_LEVEL=warn"}
+	s, err := startRLS(ctx, t.label, t.binary, dir, env, []string{"envoy-ratelimit"}, max(1, conc/16))
+	if err != nil {
+		return abServer{}, err
+	}
+	if err := s.probe(ctx); err != nil {
+		s.stop()
+		return abServer{}, err
+	}
+	users := make([]string, subjects)
+	for i := range users {
+		users[i] = strconv.Itoa(i)
+	}
+	return abServer{name: t.label, pid: s.pid, logTail: s.logTail, stop: s.stop,
+		load: func(dur time.Duration) *result { return s.load(ctx, users, false, conc, dur) }}, nil
 }

@@ -17,11 +17,7 @@ import (
 func TestEnvoyHarness(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	ruled := filepath.Join(dir, "ruled")
-	build := exec.Command("go", "build", "-o", ruled, "../cmd/ruled")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	ruled := ruledBinary(t)
 	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
 	if err := os.MkdirAll(conf, 0o755); err != nil {
 		t.Fatal(err)

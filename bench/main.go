@@ -32,6 +32,11 @@
 //
 //	go run ./bench -ab old=/tmp/ruled-old,new=/tmp/ruled-new,same=/tmp/ruled-old -concurrency 66 -rounds 20 -duration 3s
 //
+// With -ab-rls each build runs as envoy ratelimit instead (`ruled
+// envoy-ratelimit` on bench/envoy-config.yaml) and is loaded over gRPC, as
+// the envoy mode's RLS allowed load: ShouldRateLimit of one user=N
+// descriptor per call, so that changes to the gRPC face are measured.
+//
 // # Envoy ratelimit
 //
 // With -envoy SOURCE it compares ruled run as envoy ratelimit (`ruled
@@ -117,7 +122,8 @@ type config struct {
 	lowDuration time.Duration // the drivers mode's low-load pass
 	json        bool          // the drivers mode's report as JSON
 
-	ab string // the A/B mode's LABEL=BINARY list
+	ab    string // the A/B mode's LABEL=BINARY list
+	abRLS bool   // the A/B mode over envoy ratelimit's gRPC face
 
 	envoy string // the envoy mode's envoy ratelimit source tree or binary
 
@@ -136,6 +142,7 @@ func main() {
 	flag.BoolVar(&c.drivers, "drivers", false, "measure the plugin drivers, each in a ruled serve daemon over HTTP (see the package comment)")
 	flag.DurationVar(&c.lowDuration, "low-duration", 2*time.Second, "with -drivers: how long each round's low-load pass (one connection) runs per scenario")
 	flag.BoolVar(&c.json, "json", false, "with -drivers: write the report as JSON")
+	flag.BoolVar(&c.abRLS, "ab-rls", false, "with -ab: run each build as envoy ratelimit and load it over gRPC (ShouldRateLimit) instead of POST /v1/check")
 	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
 	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit built from this source tree (or this binary built from it; see the package comment)")
 	flag.BoolVar(&c.scriptCost, "script-cost", false, "measure Redis's time per call piece by piece, from a bare script call to fixedwindow's (see the package comment)")
