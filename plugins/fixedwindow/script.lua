@@ -81,11 +81,11 @@ if limit == 0 and hits >= 0 then
   return reply(0, 0, 0, 0, reset)
 end
 
--- the count field the hash holds besides this window's, and whether it
--- belongs to a window of the same start (a rule's new window that starts
--- where the old one did but ends elsewhere), whose count is this one's
-local function other(w)
-  return w, string.sub(w, 1, #start_s + 1) == start_s .. ':'
+-- whether the count field w belongs to a window of this one's start (a
+-- rule's new window that starts where the old one did but ends
+-- elsewhere), whose count is this one's
+local function same_start(w)
+  return string.sub(w, 1, #start_s + 1) == start_s .. ':'
 end
 
 -- count reads this window's count without writing
@@ -93,8 +93,7 @@ local function count()
   local v = redis.call('HMGET', KEYS[1], field, 'w', 's', 'n')
   if v[1] then return tonumber(v[1]) end
   if v[2] then
-    local w, same = other(v[2])
-    if same then return tonumber(redis.call('HGET', KEYS[1], w)) or 0 end
+    if same_start(v[2]) then return tonumber(redis.call('HGET', KEYS[1], v[2])) or 0 end
     return 0
   end
   if v[3] == start_s then return tonumber(v[4]) or 0 end
@@ -111,8 +110,7 @@ local function adopt()
   if w == field then return 0 end
   local moved, found, same = 0, false, false
   if w then
-    w, same = other(w)
-    found = true
+    found, same = true, same_start(w)
     if same then moved = tonumber(redis.call('HGET', KEYS[1], w)) or 0 end
     redis.call('HDEL', KEYS[1], w)
   else
