@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -172,20 +171,10 @@ func startABDaemon(ctx context.Context, t abTarget, dir, redisURL string, subjec
 // ShouldRateLimit of user=N descriptors, every call allowed, from conc
 // concurrent calls.
 func startABRLS(ctx context.Context, t abTarget, dir, redisURL string, subjects, conc int) (abServer, error) {
-	socket, ok := strings.CutPrefix(redisURL, "unix://")
-	if !ok {
-		return abServer{}, errors.New("-ab-rls needs the private redis-server (no -redis)")
+	env, err := envoyRuntime(filepath.Join(dir, t.label+"-runtime"), redisURL)
+	if err != nil {
+		return abServer{}, fmt.Errorf("-ab-rls: %w", err)
 	}
-	runtime := filepath.Join(dir, t.label+"-runtime")
-	conf := filepath.Join(runtime, "ratelimit", "config")
-	if err := os.MkdirAll(conf, 0o755); err != nil {
-		return abServer{}, err
-	}
-	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
-		return abServer{}, err
-	}
-	env := []string{"RUNTIME_ROOT=" + runtime, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + socket, "USE_STATSD=false", "LOG_LEVEL=warn"}
 	s, err := startRLS(ctx, t.label, t.binary, dir, env, []string{"envoy-ratelimit"}, max(1, conc/16))
 	if err != nil {
 		return abServer{}, err

@@ -188,6 +188,26 @@ func wantStatuses(ok, over, other int64, halfDenied bool, conc int) error {
 	return nil
 }
 
+// envoyRuntime writes bench/envoy-config.yaml as the one config of an
+// envoy ratelimit runtime directory at root and returns the environment
+// that serves it, as both servers of the envoy mode run: from the private
+// redis-server at redisURL (its unix socket), statsd off, warnings only.
+func envoyRuntime(root, redisURL string) ([]string, error) {
+	socket, ok := strings.CutPrefix(redisURL, "unix://")
+	if !ok {
+		return nil, errors.New("envoy ratelimit's environment needs the private redis-server (no -redis)")
+	}
+	conf := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+		return nil, err
+	}
+	return []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + socket, "USE_STATSD=false", "LOG_LEVEL=warn"}, nil
+}
+
 // envoyBinary is envoy ratelimit's binary: src itself, or, when src is a
 // source tree (github.com/envoyproxy/ratelimit), the binary built from it
 // into dir. label names it in the report, with the tree's commit when it is
@@ -249,24 +269,15 @@ func runEnvoy(c config) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("building ruled: %v\n%s", err, out)
 	}
-	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
-	if err := os.MkdirAll(conf, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
-		return err
-	}
 	st, redisURL, err := openRedis(ctx, c.redisURL)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	socket, ok := strings.CutPrefix(redisURL, "unix://")
-	if !ok {
-		return errors.New("-envoy needs the private redis-server (no -redis)")
+	env, err := envoyRuntime(filepath.Join(dir, "runtime"), redisURL)
+	if err != nil {
+		return fmt.Errorf("-envoy: %w", err)
 	}
-	env := []string{"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + socket, "USE_STATSD=false", "LOG_LEVEL=warn"}
 	conns := max(1, c.conc/16)
 	var servers []*rlsServer
 	defer func() {
@@ -321,7 +332,7 @@ func runEnvoy(c config) error {
 		if u.redis, err = redisinfo.CPU(ctx, st.Client()); err != nil {
 			return u, err
 		}
-		u.reads, err = redisReads(ctx, st.Client())
+		u.reads, err = redisinfo.Reads(ctx, st.Client())
 		return u, err
 	}
 	measure := func(s *rlsServer, http, halfDenied bool) (sample, error) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ruled-dev/ruled/internal/redisinfo"
 )
 
 // TestEnvoyHarness runs the -envoy mode's plumbing on ruled alone: a
@@ -18,21 +20,15 @@ func TestEnvoyHarness(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	ruled := ruledBinary(t)
-	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
-	if err := os.MkdirAll(conf, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	st, redisURL, err := openRedis(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	socket, _ := strings.CutPrefix(redisURL, "unix://")
-	env := []string{"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit",
-		"REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + socket, "USE_STATSD=false"}
+	env, err := envoyRuntime(filepath.Join(dir, "runtime"), redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := startRLS(ctx, "ruled", ruled, dir, env, []string{"envoy-ratelimit"}, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +37,7 @@ func TestEnvoyHarness(t *testing.T) {
 	if err := s.probe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	reads0, err := redisReads(ctx, st.Client())
+	reads0, err := redisinfo.Reads(ctx, st.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +48,7 @@ func TestEnvoyHarness(t *testing.T) {
 	}
 	// Every call reached Redis in some read, and no call took more than
 	// one (beside a few for INFO and new connections).
-	reads1, err := redisReads(ctx, st.Client())
+	reads1, err := redisinfo.Reads(ctx, st.Client())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,14 +6,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -162,21 +160,4 @@ func postCheck(hc *http.Client, url string, body []byte) error {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return nil
-}
-
-// redisReads is total_reads_processed from INFO stats: the reads the
-// server has made from its clients so far. Reads per decision show how
-// many decisions share one read, that is how well calls are pipelined,
-// which sets most of Redis's cost per decision beside the script's own.
-func redisReads(ctx context.Context, c redis.UniversalClient) (int64, error) {
-	info, err := c.Info(ctx, "stats").Result()
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, errors.New("INFO stats has no total_reads_processed")
 }

@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -160,7 +159,7 @@ func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.Au
 	if err != nil {
 		return costRow{}, err
 	}
-	stats, err := client.Info(ctx, "commandstats").Result()
+	stats, err := redisinfo.Commands(ctx, client)
 	if err != nil {
 		return costRow{}, err
 	}
@@ -170,28 +169,11 @@ func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.Au
 	}
 	var usec int64
 	for _, cmd := range top {
-		usec += commandUsec(stats, cmd)
+		usec += stats[cmd].Usec
 	}
 	calls := r.decisions * int64(max(step.batch, 1))
 	n := float64(calls)
 	return costRow{calls: calls, cpuUS: float64((cpu1 - cpu0).Nanoseconds()) / 1e3 / n, cmdUS: float64(usec) / n}, nil
-}
-
-// commandUsec is the usec INFO commandstats reports for cmd.
-func commandUsec(stats, cmd string) int64 {
-	for _, line := range strings.Split(stats, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
 }
 
 // runScriptCost measures costSteps against one Redis (a private

@@ -49,17 +49,3 @@ func TestScriptCostSteps(t *testing.T) {
 		}
 	}
 }
-
-func TestCommandUsec(t *testing.T) {
-	stats := "# Commandstats\r\ncmdstat_evalsha:calls=3,usec=42,usec_per_call=14.00,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_eval:calls=1,usec=7,usec_per_call=7.00,rejected_calls=0,failed_calls=0\r\n"
-	if got := commandUsec(stats, "evalsha"); got != 42 {
-		t.Errorf("evalsha: %d, want 42", got)
-	}
-	if got := commandUsec(stats, "eval"); got != 7 {
-		t.Errorf("eval: %d, want 7", got)
-	}
-	if got := commandUsec(stats, "time"); got != 0 {
-		t.Errorf("time: %d, want 0 (absent)", got)
-	}
-}

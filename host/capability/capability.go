@@ -455,7 +455,7 @@ func (c *Capability) register(plugin string, scripts []sdk.Script, capped bool) 
 		src := source(plugin, s.Name, s.Source, c.holdKeys, capped)
 		rs := redis.NewScript(src)
 		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash(), returns: s.Returns, body: s.Source,
-			commands: s.Commands, headLines: headLines(src, s.Source), bodyLines: strings.Count(s.Source, "\n") + 1}
+			commands: s.Commands, headLines: headLines(src), bodyLines: strings.Count(s.Source, "\n") + 1}
 		c.byHash.Store(rs.Hash(), [2]string{plugin, s.Name})
 	}
 	if err := CheckCommands(scripts); err != nil {
@@ -721,14 +721,10 @@ type script struct {
 	headLines, bodyLines int
 }
 
-// headLines is the number of lines Source puts before body in src: the
-// first line and the Prelude's.
-func headLines(src, body string) int {
-	end := nativePostlude
-	if strings.HasSuffix(src, postlude) {
-		end = postlude
-	}
-	return strings.Count(src[:len(src)-len(body)-len(end)], "\n")
+// headLines is the number of lines source puts before the plugin's body in
+// src: the first line and the prelude's, which ends with preludeOpen.
+func headLines(src string) int {
+	return strings.Count(src[:strings.Index(src, preludeOpen)+len(preludeOpen)], "\n")
 }
 
 // run runs one script call on client, or on sc, its autopipeliner, when

@@ -1,5 +1,6 @@
 // Package redisinfo reads what benchmarks and tests measure Redis by from
-// its INFO command: the server's CPU time and the commands it has run.
+// its INFO command: the server's CPU time, the commands it has run and the
+// reads it has processed.
 package redisinfo
 
 import (
@@ -47,47 +48,78 @@ func ParseCPU(info string) (time.Duration, error) {
 // ScriptCalls is how many EVAL and EVALSHA commands Redis has run since
 // its statistics were last reset (INFO commandstats).
 func ScriptCalls(ctx context.Context, c redis.UniversalClient) (int64, error) {
-	calls, err := Calls(ctx, c)
+	cmds, err := Commands(ctx, c)
 	if err != nil {
 		return 0, err
 	}
-	return calls["evalsha"] + calls["eval"], nil
+	return scriptCalls(cmds), nil
 }
 
-// ParseScriptCalls sums the EVAL and EVALSHA calls in the text of INFO
-// commandstats.
-func ParseScriptCalls(info string) int64 {
-	calls := ParseCalls(info)
-	return calls["evalsha"] + calls["eval"]
+// scriptCalls sums the EVAL and EVALSHA calls of cmds.
+func scriptCalls(cmds map[string]CommandStat) int64 {
+	return cmds["evalsha"].Calls + cmds["eval"].Calls
 }
 
-// Calls is how many times Redis has run each command since its statistics
-// were last reset (INFO commandstats), keyed by the command's lower-case
-// name; commands a script runs count too.
-func Calls(ctx context.Context, c redis.UniversalClient) (map[string]int64, error) {
+// CommandStat is what INFO commandstats reports of one command since its
+// statistics were last reset.
+type CommandStat struct {
+	// Calls is how many times it ran; commands a script runs count too.
+	Calls int64
+	// Usec is the time Redis spent in it, in microseconds (for a script,
+	// the commands it ran included), without reading and writing it.
+	Usec int64
+}
+
+// Commands reads INFO commandstats, keyed by each command's lower-case
+// name (subcommands as "config|resetstat").
+func Commands(ctx context.Context, c redis.UniversalClient) (map[string]CommandStat, error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, fmt.Errorf("INFO commandstats: %w", err)
 	}
-	return ParseCalls(info), nil
+	return ParseCommands(info), nil
 }
 
-// ParseCalls reads each command's calls from the text of INFO
+// ParseCommands reads each command's statistics from the text of INFO
 // commandstats, keyed by the command's name as Redis writes it.
-func ParseCalls(info string) map[string]int64 {
-	calls := map[string]int64{}
+func ParseCommands(info string) map[string]CommandStat {
+	cmds := map[string]CommandStat{}
 	for line := range strings.SplitSeq(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
 		name, isCmd := strings.CutPrefix(name, "cmdstat_")
 		if !ok || !isCmd {
 			continue
 		}
-		if _, v, ok := strings.Cut(rest, "calls="); ok {
-			v, _, _ = strings.Cut(v, ",")
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				calls[name] = n
+		var st CommandStat
+		for f := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				continue
+			}
+			switch k {
+			case "calls":
+				st.Calls = n
+			case "usec":
+				st.Usec = n
 			}
 		}
+		cmds[name] = st
 	}
-	return calls
+	return cmds
+}
+
+// Reads is how many reads from its clients Redis has processed (INFO
+// stats, total_reads_processed): pipelined commands share one.
+func Reads(ctx context.Context, c redis.UniversalClient) (int64, error) {
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("INFO stats: %w", err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO stats has no total_reads_processed")
 }

@@ -380,13 +380,13 @@ func TestCommandsPerDecision(t *testing.T) {
 			t.Fatal(err)
 		}
 		decide(t, env, raw, step.req)
-		calls, err := redisinfo.Calls(ctx, client)
+		cmds, err := redisinfo.Commands(ctx, client)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := map[string]int64{}
 		for _, cmd := range fixedwindow.New().Info().Scripts[0].Commands {
-			if n := calls[strings.ToLower(cmd)]; n > 0 {
+			if n := cmds[strings.ToLower(cmd)].Calls; n > 0 {
 				got[strings.ToLower(cmd)] = n
 			}
 		}
