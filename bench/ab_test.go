@@ -40,7 +40,18 @@ var testRuled struct {
 	err      error
 }
 
+// serveFloorEnv makes the test binary the protocol floor (-serve-floor),
+// as the bench binary is when the envoy mode starts it.
+const serveFloorEnv = "BENCH_TEST_SERVE_FLOOR"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(serveFloorEnv) == "1" {
+		if err := runFloor(config{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if testRuled.dir != "" {
 		os.RemoveAll(testRuled.dir)

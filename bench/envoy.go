@@ -285,10 +285,16 @@ func runEnvoy(c config) error {
 			s.stop()
 		}
 	}()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	// servers[0] is ruled, servers[1] envoy ratelimit, servers[2] the
+	// protocol floor (floor.go).
 	for _, t := range []struct {
 		name, bin string
 		args      []string
-	}{{"ruled", ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", envoyBin, nil}} {
+	}{{"ruled", ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", envoyBin, nil}, {floorName, self, []string{"-serve-floor"}}} {
 		s, err := startRLS(ctx, t.name, t.bin, dir, env, t.args, conns)
 		if err != nil {
 			return err
@@ -368,9 +374,10 @@ func runEnvoy(c config) error {
 		samples[p] = make([][]sample, len(servers))
 	}
 	for round := 0; round < c.rounds; round++ {
-		order := []int{0, 1}
-		if round%2 == 1 {
-			order = []int{1, 0}
+		// Each server goes first, second and last in turn.
+		order := []int{0, 1, 2}
+		for range round % len(order) {
+			order = append(order[1:], order[0])
 		}
 		for p, ph := range phases {
 			for _, i := range order {
@@ -387,7 +394,8 @@ func runEnvoy(c config) error {
 	}
 
 	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintf(w, "ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server, one descriptor per decision:\n", envoyLabel)
+	fmt.Fprintf(w, "ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server, one descriptor per decision;\n", envoyLabel)
+	fmt.Fprintf(w, "%s: grpc-go with ruled's server options and net/http answering canned decisions (no rules, no Redis);\n", floorName)
 	fmt.Fprintf(w, "RLS: gRPC ShouldRateLimit, %d concurrent calls over %d connections; HTTP: POST /json from wrk, %d connections;\n", c.conc, conns, c.conc)
 	fmt.Fprintf(w, "%d rounds of %v each per load, alternating which server goes first, %d subjects; load %s\n",
 		c.rounds, c.duration, c.subjects, readLoadAvg())
@@ -403,19 +411,21 @@ func runEnvoy(c config) error {
 			fmt.Fprintf(w, "%s\t%.0f\t%.0f–%.0f\t%v\t%v\t%.1f\t%.1f\t%.2f\t\n", s.name, median(rates), slices.Min(rates), slices.Max(rates),
 				m.percentile(0.50).Round(time.Microsecond), m.percentile(0.99).Round(time.Microsecond), median(cpus), median(reds), median(reads))
 		}
-		var rateRatio, p99Ratio, cpuRatio, redisRatio []float64
+		var rateRatio, p99Ratio, cpuRatio, aboveRatio, redisRatio []float64
 		for r := range samples[p][0] {
-			a, b := samples[p][0][r], samples[p][1][r]
+			a, b, floor := samples[p][0][r], samples[p][1][r], samples[p][2][r]
 			rateRatio = append(rateRatio, a.r.rate()/b.r.rate())
 			p99Ratio = append(p99Ratio, float64(a.r.percentile(0.99))/float64(b.r.percentile(0.99)))
 			cpuRatio = append(cpuRatio, a.cpuUS/b.cpuUS)
+			aboveRatio = append(aboveRatio, (a.cpuUS-floor.cpuUS)/(b.cpuUS-floor.cpuUS))
 			redisRatio = append(redisRatio, a.redisUS/b.redisUS)
 		}
 		fmt.Fprintf(w, "\nruled / envoy ratelimit (%s)\tmedian\tround by round\t\n", ph.name)
 		for _, x := range []struct {
 			name string
 			v    []float64
-		}{{"decisions/s", rateRatio}, {"p99", p99Ratio}, {"server CPU per decision", cpuRatio}, {"Redis CPU per decision", redisRatio}} {
+		}{{"decisions/s", rateRatio}, {"p99", p99Ratio}, {"server CPU per decision", cpuRatio},
+			{"server CPU per decision above the floor", aboveRatio}, {"Redis CPU per decision", redisRatio}} {
 			fmt.Fprintf(w, "%s\t%.2f\t%s\t\n", x.name, median(x.v), roundByRound(x.v))
 		}
 	}

@@ -12,48 +12,90 @@ import (
 	"github.com/ruled-dev/ruled/internal/redisinfo"
 )
 
-// TestEnvoyHarness runs the -envoy mode's plumbing on ruled alone: a
-// server started from envoy ratelimit's environment answers the probe as
-// the config says and takes both loads, allowed and half denied, without a
-// failed call.
+// TestEnvoyHarness runs the -envoy mode's plumbing on ruled and on the
+// protocol floor: a server started from envoy ratelimit's environment
+// answers the probe as the config says and takes both loads, allowed and
+// half denied, over gRPC and HTTP, without a failed call.
 func TestEnvoyHarness(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	ruled := ruledBinary(t)
 	st, redisURL, err := openRedis(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	env, err := envoyRuntime(filepath.Join(dir, "runtime"), redisURL)
+	wrk, err := findWrk(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := startRLS(ctx, "ruled", ruled, dir, env, []string{"envoy-ratelimit"}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.stop()
+	t.Run("ruled", func(t *testing.T) {
+		dir := t.TempDir()
+		env, err := envoyRuntime(filepath.Join(dir, "runtime"), redisURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := startRLS(ctx, "ruled", ruledBinary(t), dir, env, []string{"envoy-ratelimit"}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.stop()
+		checkHarness(t, s, wrk)
+		reads0, err := redisinfo.Reads(ctx, st.Client())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := s.load(ctx, []string{"0", "1", "2"}, false, 4, 200*time.Millisecond)
+		if r.errors > 0 || r.decisions == 0 {
+			t.Fatalf("%d calls, %d failed\n%s", r.decisions, r.errors, s.logTail())
+		}
+		// Every call reached Redis in some read, and no call took more
+		// than one (beside a few for INFO and new connections).
+		reads1, err := redisinfo.Reads(ctx, st.Client())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := reads1 - reads0; n <= 0 || n > r.decisions+16 {
+			t.Fatalf("%d reads for %d calls", n, r.decisions)
+		}
+		// The verdicts fail loads that do not decide as they must.
+		if r := s.load(ctx, []string{"fresh"}, true, 1, 50*time.Millisecond); r.errors == 0 {
+			t.Fatal("half denied on a key never exhausted: no call failed, want the first denied-key call allowed and counted as a failure")
+		}
+		// Over a million users the denied keys are fresh: each allows its
+		// first request, so a half-denied load finds far more 200s than
+		// 429s.
+		if _, err := s.loadHTTP(ctx, wrk, 1_000_000, true, 4, time.Second); err == nil || !strings.Contains(err.Error(), "want half each") {
+			t.Fatalf("HTTP half denied on keys never exhausted: %v, want too few 429s", err)
+		}
+	})
+	t.Run("floor", func(t *testing.T) {
+		dir := t.TempDir()
+		// The test binary serves the floor (TestMain), as the bench
+		// binary does with -serve-floor.
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := startRLS(ctx, floorName, self, dir, []string{serveFloorEnv + "=1"}, nil, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.stop()
+		checkHarness(t, s, wrk)
+	})
+}
+
+// checkHarness probes s and drives it with every load of the envoy mode,
+// briefly, failing t on any failed call.
+func checkHarness(t *testing.T, s *rlsServer, wrk *wrkRunner) {
+	t.Helper()
+	ctx := context.Background()
 	if err := s.probe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	reads0, err := redisinfo.Reads(ctx, st.Client())
-	if err != nil {
 		t.Fatal(err)
 	}
 	users := []string{"0", "1", "2"} // as wrk names them
 	r := s.load(ctx, users, false, 4, 200*time.Millisecond)
 	if r.errors > 0 || r.decisions == 0 {
 		t.Fatalf("%d calls, %d failed\n%s", r.decisions, r.errors, s.logTail())
-	}
-	// Every call reached Redis in some read, and no call took more than
-	// one (beside a few for INFO and new connections).
-	reads1, err := redisinfo.Reads(ctx, st.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := reads1 - reads0; n <= 0 || n > r.decisions+16 {
-		t.Fatalf("%d reads for %d calls", n, r.decisions)
 	}
 	// Half denied: the denied keys' one request is taken first; then every
 	// other call must be denied and the rest allowed.
@@ -63,28 +105,15 @@ func TestEnvoyHarness(t *testing.T) {
 	if r := s.load(ctx, users, true, 4, 200*time.Millisecond); r.errors > 0 || r.decisions == 0 {
 		t.Fatalf("half denied: %d calls, %d failed\n%s", r.decisions, r.errors, s.logTail())
 	}
-	if r := s.load(ctx, []string{"fresh"}, true, 1, 50*time.Millisecond); r.errors == 0 {
-		t.Fatal("half denied on a key never exhausted: no call failed, want the first denied-key call allowed and counted as a failure")
-	}
-
 	// The same two loads over HTTP, POST /json from wrk.
-	wrk, err := findWrk(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, half := range []bool{false, true} {
-		r, err := s.loadHTTP(ctx, wrk, len(users), half, 4, time.Second)
+		h, err := s.loadHTTP(ctx, wrk, len(users), half, 4, time.Second)
 		if err != nil {
 			t.Fatalf("HTTP, half denied %v: %v", half, err)
 		}
-		if r.decisions == 0 || r.errors > 0 {
-			t.Fatalf("HTTP, half denied %v: %d requests, %d failed", half, r.decisions, r.errors)
+		if h.decisions == 0 || h.errors > 0 {
+			t.Fatalf("HTTP, half denied %v: %d requests, %d failed", half, h.decisions, h.errors)
 		}
-	}
-	// Over a million users the denied keys are fresh: each allows its first
-	// request, so a half-denied load finds far more 200s than 429s.
-	if _, err := s.loadHTTP(ctx, wrk, 1_000_000, true, 4, time.Second); err == nil || !strings.Contains(err.Error(), "want half each") {
-		t.Fatalf("HTTP half denied on keys never exhausted: %v, want too few 429s", err)
 	}
 }
 

@@ -52,7 +52,10 @@
 // For each it reports decisions per second, p50 and p99, each server's CPU
 // per decision and Redis's, Redis reads per decision (below 1 when calls
 // share pipelined reads), each server's peak RSS, and ruled's ratios to
-// envoy ratelimit round by round:
+// envoy ratelimit round by round. A third server under the same loads is
+// the protocol floor (floor.go): the bench binary itself, serving both
+// faces with the libraries ruled uses and canned answers, so that each
+// server's CPU above it, its own, is compared too:
 //
 //	git clone https://github.com/envoyproxy/ratelimit /tmp/envoy-ratelimit
 //	go run ./bench -envoy /tmp/envoy-ratelimit -concurrency 64 -rounds 5 -duration 5s
@@ -146,6 +149,7 @@ func main() {
 	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
 	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit built from this source tree (or this binary built from it; see the package comment)")
 	flag.BoolVar(&c.scriptCost, "script-cost", false, "measure Redis's time per call piece by piece, from a bare script call to fixedwindow's (see the package comment)")
+	floor := flag.Bool("serve-floor", false, "serve envoy ratelimit's faces on its environment's ports with canned answers: the envoy mode's protocol floor, which the harness starts itself")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if c.rounds < 1 {
@@ -163,6 +167,8 @@ func main() {
 	}
 	runMode := runInProcess
 	switch {
+	case *floor:
+		runMode = runFloor
 	case c.ab != "":
 		runMode = runAB
 	case c.envoy != "":

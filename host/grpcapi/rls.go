@@ -108,15 +108,19 @@ type Checker interface {
 // health service h registered; o tunes the rate limit service. opts are
 // passed to grpc.NewServer.
 func NewServer(c Checker, h *Health, log *slog.Logger, o ServiceOptions, opts ...grpc.ServerOption) *grpc.Server {
-	// Calls run on a pool of goroutines whose stacks have grown to the
-	// decision path's depth, instead of a new goroutine each that grows
-	// its stack anew (a seventh of the CPU of a call, measured); past the
-	// pool, gRPC starts goroutines as before.
-	opts = append([]grpc.ServerOption{grpc.NumStreamWorkers(uint32(StreamWorkersPerCPU * runtime.GOMAXPROCS(0)))}, opts...)
-	s := grpc.NewServer(opts...)
+	s := grpc.NewServer(append(ServerOptions(), opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(s, NewRateLimitService(c, log, o))
 	healthpb.RegisterHealthServer(s, h)
 	return s
+}
+
+// ServerOptions are the transport options NewServer starts from. Calls run
+// on a pool of goroutines whose stacks have grown to the decision path's
+// depth, instead of a new goroutine each that grows its stack anew (a
+// seventh of the CPU of a call, measured); past the pool, gRPC starts
+// goroutines as before.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.NumStreamWorkers(uint32(StreamWorkersPerCPU * runtime.GOMAXPROCS(0)))}
 }
 
 // StreamWorkersPerCPU sizes the pool of goroutines that serve calls: one
