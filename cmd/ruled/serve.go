@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ruled-dev/ruled/host"
@@ -169,6 +170,7 @@ func serveWith(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		fmt.Fprintln(stderr, "ruled serve: --client-refunds=admin needs --admin-token")
 		return 2
 	}
+	tuneGC(log, os.LookupEnv, memlimit.FromCgroup)
 	redis.SetLogger(redisLogger{log})
 	if err := runServer(ctx, c, log, stderr); err != nil {
 		log.Error("ruled stopped", "err", err)
