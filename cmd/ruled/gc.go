@@ -13,8 +13,8 @@ import (
 // not set: the heap may grow to five times what is live before a cycle,
 // instead of Go's twice. A decision allocates a few kilobytes and keeps
 // none, so cycles come as often as the heap target allows; at 400 a
-// decision costs about a tenth less CPU than at 100 for about 10 MB more
-// RSS (docs/operations.md, "Memory and the garbage collector").
+// decision costs about a tenth less CPU than at 100 for tens of megabytes
+// more RSS (docs/operations.md, "Sizing").
 const daemonGCPercent = 400
 
 // memLimitShare is the share of the memory limit of ruled's cgroup (a
