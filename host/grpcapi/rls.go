@@ -209,7 +209,7 @@ func (s *RateLimitService) shouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		}
 		p, ok := reported(res)
 		resp.Statuses[i] = descriptorStatus(res, p, ok)
-		if ok {
+		if ok && !s.omitHeaders { // all is only for the headers
 			all.Results = append(all.Results, p)
 		}
 		if !res.Allowed {
@@ -243,16 +243,14 @@ func checkRequests(req *rlsv3.RateLimitRequest) ([]*host.CheckRequest, error) {
 			return nil, fmt.Errorf("descriptors[%d]: %w", i, err)
 		}
 		cr := &host.CheckRequest{Attrs: make(map[string]string, len(d.GetEntries())+4), Hits: hits}
-		keys := make([]string, 0, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
 			cr.Attrs[e.GetKey()] = e.GetValue()
-			keys = append(keys, e.GetKey())
 			if e.GetKey() == RemoteAddressKey {
 				cr.Request.IP = e.GetValue()
 			}
 		}
 		cr.Attrs[DomainAttr] = req.GetDomain()
-		cr.Attrs[KeysAttr] = strings.Join(keys, ",")
+		cr.Attrs[KeysAttr] = entryKeys(d.GetEntries())
 		delete(cr.Attrs, LimitOverrideAttr)
 		delete(cr.Attrs, LimitOverrideWindowAttr)
 		if o := d.GetLimit(); o != nil {
@@ -266,6 +264,22 @@ func checkRequests(req *rlsv3.RateLimitRequest) ([]*host.CheckRequest, error) {
 		out[i] = cr
 	}
 	return out, nil
+}
+
+// entryKeys is the keys of entries joined with commas, without a copy
+// for the common single entry.
+func entryKeys(entries []*rlcommonv3.RateLimitDescriptor_Entry) string {
+	if len(entries) == 1 {
+		return entries[0].GetKey()
+	}
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(e.GetKey())
+	}
+	return b.String()
 }
 
 // overrideUnits are the lengths of Envoy's RateLimitUnit values, as
