@@ -15,9 +15,9 @@ import (
 )
 
 // TestDaemonGCTarget checks the garbage collector's settings of the real
-// daemon, as its metrics report them: GOGC 400 and no memory limit by
-// default (this machine's cgroup sets none: the test says so if it does),
-// and what GOGC and GOMEMLIMIT say when they are set.
+// daemon, as its metrics report them: GOGC 400 and 90 % of the cgroup's
+// memory limit (none where the cgroup sets none) by default, and what GOGC
+// and GOMEMLIMIT say when they are set.
 func TestDaemonGCTarget(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
@@ -25,15 +25,20 @@ func TestDaemonGCTarget(t *testing.T) {
 	if err := errors.Join(os.Unsetenv("GOGC"), os.Unsetenv("GOMEMLIMIT")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := memlimit.FromCgroup(); !errors.Is(err, memlimit.ErrNoLimit) {
-		t.Fatalf("this machine's cgroup limits memory (%v): the default case below assumes none", err)
+	wantLimit := float64(math.MaxInt64)
+	switch n, err := memlimit.FromCgroup(); {
+	case err == nil:
+		wantLimit = float64(int64(float64(n) * memLimitShare))
+	case !errors.Is(err, memlimit.ErrNoLimit):
+		t.Fatalf("reading this machine's cgroup memory limit: %v", err)
 	}
+	t.Logf("want a memory limit of %.0f bytes", wantLimit)
 	d := spawnDaemon(t, faultRules())
 	if got := d.metric("go_gc_gogc_percent"); got != strconv.Itoa(daemonGCPercent) {
 		t.Errorf("default go_gc_gogc_percent %s, want %d", got, daemonGCPercent)
 	}
-	if got := d.metric("go_gc_gomemlimit_bytes"); got != "9.223372036854776e+18" {
-		t.Errorf("default go_gc_gomemlimit_bytes %s, want math.MaxInt64", got)
+	if got, err := strconv.ParseFloat(d.metric("go_gc_gomemlimit_bytes"), 64); err != nil || got != wantLimit {
+		t.Errorf("default go_gc_gomemlimit_bytes %v (%v), want %v", got, err, wantLimit)
 	}
 	if !strings.Contains(d.log.String(), "percent_from=default") {
 		t.Errorf("no gc line with percent_from=default in the log:\n%s", tail(d.log.String(), 20))
