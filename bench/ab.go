@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -175,7 +174,7 @@ func startABRLS(ctx context.Context, t abTarget, dir, redisURL string, subjects,
 	if err != nil {
 		return abServer{}, fmt.Errorf("-ab-rls: %w", err)
 	}
-	s, err := startRLS(ctx, t.label, t.binary, dir, env, []string{"envoy-ratelimit"}, max(1, conc/16))
+	s, err := startRLS(ctx, t.label, t.binary, dir, env, []string{"envoy-ratelimit"}, rlsConns(conc))
 	if err != nil {
 		return abServer{}, err
 	}
@@ -183,10 +182,7 @@ func startABRLS(ctx context.Context, t abTarget, dir, redisURL string, subjects,
 		s.stop()
 		return abServer{}, err
 	}
-	users := make([]string, subjects)
-	for i := range users {
-		users[i] = strconv.Itoa(i)
-	}
+	users := userValues(subjects)
 	return abServer{name: t.label, pid: s.pid, logTail: s.logTail, stop: s.stop,
 		load: func(dur time.Duration) *result { return s.load(ctx, users, false, conc, dur) }}, nil
 }

@@ -188,6 +188,21 @@ func wantStatuses(ok, over, other int64, halfDenied bool, conc int) error {
 	return nil
 }
 
+// rlsConns is how many gRPC connections carry conc concurrent calls: one
+// per 16, as Envoy spreads its calls over a few HTTP/2 connections per
+// upstream host.
+func rlsConns(conc int) int { return max(1, conc/16) }
+
+// userValues is the values of the user=N descriptors the loads spread
+// over: "0" to n-1, as wrk names them too.
+func userValues(n int) []string {
+	users := make([]string, n)
+	for i := range users {
+		users[i] = strconv.Itoa(i)
+	}
+	return users
+}
+
 // envoyRuntime writes bench/envoy-config.yaml as the one config of an
 // envoy ratelimit runtime directory at root and returns the environment
 // that serves it, as both servers of the envoy mode run: from the private
@@ -237,7 +252,8 @@ func envoyBinary(ctx context.Context, src, dir string) (bin, label string, err e
 // its default configuration for a FILE config), with envoy ratelimit built
 // from source (-envoy, envoyBinary): both read the same config directory
 // and environment, share one private redis-server, and are driven in turn
-// for -duration, -rounds times, alternating which goes first, over gRPC
+// with the protocol floor (floor.go) for -duration, -rounds times, each
+// going first in turn, over gRPC
 // (the same client, -concurrency calls) and HTTP (wrk, -concurrency
 // connections), each under two loads: every call allowed, and every other
 // call denied. It reports each one's decisions per second, latency, CPU per
@@ -278,7 +294,7 @@ func runEnvoy(c config) error {
 	if err != nil {
 		return fmt.Errorf("-envoy: %w", err)
 	}
-	conns := max(1, c.conc/16)
+	conns := rlsConns(c.conc)
 	var servers []*rlsServer
 	defer func() {
 		for _, s := range servers {
@@ -306,10 +322,7 @@ func runEnvoy(c config) error {
 			return err
 		}
 	}
-	users := make([]string, c.subjects)
-	for i := range users {
-		users[i] = strconv.Itoa(i)
-	}
+	users := userValues(c.subjects)
 	for _, s := range servers { // warm up, outside the measurement
 		if err := s.exhaust(ctx, users); err != nil {
 			return err
@@ -397,7 +410,7 @@ func runEnvoy(c config) error {
 	fmt.Fprintf(w, "ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server, one descriptor per decision;\n", envoyLabel)
 	fmt.Fprintf(w, "%s: grpc-go with ruled's server options and net/http answering canned decisions (no rules, no Redis);\n", floorName)
 	fmt.Fprintf(w, "RLS: gRPC ShouldRateLimit, %d concurrent calls over %d connections; HTTP: POST /json from wrk, %d connections;\n", c.conc, conns, c.conc)
-	fmt.Fprintf(w, "%d rounds of %v each per load, alternating which server goes first, %d subjects; load %s\n",
+	fmt.Fprintf(w, "%d rounds of %v each per load, each server going first in turn, %d subjects; load %s\n",
 		c.rounds, c.duration, c.subjects, readLoadAvg())
 	for p, ph := range phases {
 		fmt.Fprintf(w, "\n%s\tdecisions/s (median)\tmin–max\tp50\tp99\tserver CPU µs/decision\tRedis CPU µs/decision\tRedis reads/decision\t\n", ph.name)

@@ -44,8 +44,8 @@
 // from SOURCE, a checkout of github.com/envoyproxy/ratelimit (nothing is
 // fetched at run time; SOURCE may also name a binary built from it). Both
 // read one envoy config directory with the same environment, share one
-// private redis-server, and are driven in turn, alternating which goes
-// first, over both of envoy ratelimit's faces: gRPC (Envoy's
+// private redis-server, and are driven in turn, each going first in turn,
+// over both of envoy ratelimit's faces: gRPC (Envoy's
 // ShouldRateLimit, one descriptor per call, from a grpc-go client) and
 // HTTP (POST /json from wrk), each under two loads, every call allowed and
 // every other call denied (keys under a limit of 1 that setup exhausts).
