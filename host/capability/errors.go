@@ -63,6 +63,9 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // ClassOf returns the class of err, or "" when err is not a capability error.
 func ClassOf(err error) Class {
+	if err == nil {
+		return "" // and no allocation: errors.As's target escapes
+	}
 	var ce *Error
 	if errors.As(err, &ce) {
 		return ce.Class
