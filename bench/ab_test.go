@@ -41,12 +41,13 @@ var testRuled struct {
 }
 
 // serveFloorEnv makes the test binary the protocol floor (-serve-floor),
-// as the bench binary is when the envoy mode starts it.
+// as the bench binary is when the envoy mode starts it; its value names
+// the HTTP server (-floor-http).
 const serveFloorEnv = "BENCH_TEST_SERVE_FLOOR"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(serveFloorEnv) == "1" {
-		if err := runFloor(config{}); err != nil {
+	if impl := os.Getenv(serveFloorEnv); impl != "" {
+		if err := runFloor(config{floorHTTP: impl}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

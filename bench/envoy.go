@@ -454,7 +454,7 @@ func runEnvoy(c config) error {
 	return w.Flush()
 }
 
-// roundByRound lists ratios in the order of the rounds.
+// roundByRound lists figures in the order of the rounds.
 func roundByRound(v []float64) string {
 	parts := make([]string, len(v))
 	for i, x := range v {

@@ -67,21 +67,22 @@ func TestEnvoyHarness(t *testing.T) {
 			t.Fatalf("HTTP half denied on keys never exhausted: %v, want too few 429s", err)
 		}
 	})
-	t.Run("floor", func(t *testing.T) {
-		dir := t.TempDir()
-		// The test binary serves the floor (TestMain), as the bench
-		// binary does with -serve-floor.
-		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := startRLS(ctx, floorName, self, dir, []string{serveFloorEnv + "=1"}, nil, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.stop()
-		checkHarness(t, s, wrk)
-	})
+	// The test binary serves the floor (TestMain), as the bench binary
+	// does with -serve-floor, its HTTP face by either server.
+	for _, impl := range []string{floorNetHTTP, floorFastHTTP, floorAdaptor} {
+		t.Run("floor "+impl, func(t *testing.T) {
+			self, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := startRLS(ctx, floorName, self, t.TempDir(), []string{serveFloorEnv + "=" + impl}, nil, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.stop()
+			checkHarness(t, s, wrk)
+		})
+	}
 }
 
 // checkHarness probes s and drives it with every load of the envoy mode,

@@ -2,10 +2,12 @@ package main
 
 // The protocol floor of the envoy mode: envoy ratelimit's two faces served
 // by the same libraries ruled serves them with (grpc-go with ruled's server
-// options, net/http), answering every call with a canned decision of the
-// same shape as ruled's, with no rules, no plugin and no Redis. What a
-// server costs above it is its own; what the floor costs, no server built
-// on those libraries can save.
+// options, net/http with its time-outs), answering every call with a canned
+// decision of the same shape as ruled's, with no rules, no plugin and no
+// Redis. What a server costs above it is its own; what the floor costs, no
+// server built on those libraries can save. The HTTP face may instead be
+// served by fasthttp, under the same limits, to measure what another HTTP
+// server would save (the http-floor mode, httpfloor.go).
 
 import (
 	"bytes"
@@ -27,7 +29,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+
 	"github.com/ruled-dev/ruled/host/grpcapi"
+	"github.com/ruled-dev/ruled/host/httpapi"
 )
 
 // floorName names the floor in the envoy mode's report.
@@ -106,17 +112,80 @@ func floorHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// runFloor is the -serve-floor mode: serveFloor until SIGINT or SIGTERM.
-func runFloor(config) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return serveFloor(ctx)
+// floorFast is floorHTTP for fasthttp.
+func floorFast(c *fasthttp.RequestCtx) {
+	switch string(c.Path()) {
+	case "/healthcheck":
+		_, _ = c.WriteString("OK")
+	case "/json":
+		c.SetContentType("application/json")
+		if bytes.Contains(c.PostBody(), []byte(`"denied"`)) {
+			c.SetStatusCode(fasthttp.StatusTooManyRequests)
+			_, _ = c.Write(floorDenied)
+			return
+		}
+		_, _ = c.Write(floorAllowed)
+	default:
+		c.NotFound()
+	}
 }
 
-// serveFloor serves the floor on the listeners envoy ratelimit's
-// environment names (HOST and PORT for HTTP, GRPC_HOST and GRPC_PORT for
-// gRPC) until either fails or ctx ends.
-func serveFloor(ctx context.Context) error {
+// The floor's HTTP servers (-floor-http): net/http, fasthttp, and fasthttp
+// serving floorHTTP through its net/http adaptor, as an existing net/http
+// handler would be served.
+const (
+	floorNetHTTP  = "net/http"
+	floorFastHTTP = "fasthttp"
+	floorAdaptor  = "fasthttp+adaptor"
+)
+
+// runFloor is the -serve-floor mode: serveFloor until SIGINT or SIGTERM.
+func runFloor(c config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serveFloor(ctx, c.floorHTTP)
+}
+
+// httpServer is what the floor needs of an HTTP server.
+type httpServer interface {
+	Serve(net.Listener) error
+	Close() error
+}
+
+// floorHTTPServer returns the floor's HTTP face served by impl: net/http
+// as ruled serves it (httpapi.NewServer's time-outs), or fasthttp under the
+// same time-outs and grpcapi.MaxJSONBody, with its own handler or through
+// its net/http adaptor.
+func floorHTTPServer(impl string) (httpServer, error) {
+	fast := func(h fasthttp.RequestHandler) httpServer {
+		hs := httpapi.NewServer(nil)
+		return &fastServer{&fasthttp.Server{Handler: h, ReadTimeout: hs.ReadTimeout, WriteTimeout: hs.WriteTimeout,
+			IdleTimeout: hs.IdleTimeout, MaxRequestBodySize: grpcapi.MaxJSONBody}}
+	}
+	switch impl {
+	case "", floorNetHTTP:
+		return httpapi.NewServer(http.HandlerFunc(floorHTTP)), nil
+	case floorFastHTTP:
+		return fast(floorFast), nil
+	case floorAdaptor:
+		return fast(fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(floorHTTP))), nil
+	}
+	return nil, fmt.Errorf("-floor-http %q: want %s, %s or %s", impl, floorNetHTTP, floorFastHTTP, floorAdaptor)
+}
+
+// fastServer is a fasthttp.Server as an httpServer.
+type fastServer struct{ *fasthttp.Server }
+
+func (f *fastServer) Close() error { return f.Shutdown() }
+
+// serveFloor serves the floor, its HTTP face by httpImpl, on the listeners
+// envoy ratelimit's environment names (HOST and PORT for HTTP, GRPC_HOST
+// and GRPC_PORT for gRPC) until either fails or ctx ends.
+func serveFloor(ctx context.Context, httpImpl string) error {
+	hs, err := floorHTTPServer(httpImpl)
+	if err != nil {
+		return err
+	}
 	hl, err := net.Listen("tcp", net.JoinHostPort(os.Getenv("HOST"), os.Getenv("PORT")))
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
@@ -130,7 +199,6 @@ func serveFloor(ctx context.Context) error {
 	// service in place of ruled's.
 	gs := grpc.NewServer(grpcapi.ServerOptions()...)
 	rlsv3.RegisterRateLimitServiceServer(gs, &floorService{})
-	hs := &http.Server{Handler: http.HandlerFunc(floorHTTP), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(hl) }()
 	go func() { errc <- gs.Serve(gl) }()

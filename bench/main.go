@@ -60,6 +60,15 @@
 //	git clone https://github.com/envoyproxy/ratelimit /tmp/envoy-ratelimit
 //	go run ./bench -envoy /tmp/envoy-ratelimit -concurrency 64 -rounds 5 -duration 5s
 //
+// With -http-floor it measures what another HTTP server would save: the
+// floor's HTTP face served by net/http, with ruled's time-outs, by fasthttp
+// under the same time-outs and body limit, and by fasthttp through its
+// net/http adaptor, each loaded with the envoy mode's two HTTP loads in
+// turn; it reports each one's requests per second, p50, p99 and CPU per
+// request, and the others' share of net/http's CPU round by round:
+//
+//	go run ./bench -http-floor -concurrency 64 -rounds 5 -duration 5s
+//
 // # Script cost
 //
 // With -script-cost it measures where Redis's time per decision goes: a
@@ -131,6 +140,9 @@ type config struct {
 	envoy string // the envoy mode's envoy ratelimit source tree or binary
 
 	scriptCost bool // the script-cost mode
+
+	httpFloor bool   // the http-floor mode
+	floorHTTP string // the HTTP server of -serve-floor: floorNetHTTP or floorFastHTTP
 }
 
 func main() {
@@ -149,6 +161,8 @@ func main() {
 	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
 	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit built from this source tree (or this binary built from it; see the package comment)")
 	flag.BoolVar(&c.scriptCost, "script-cost", false, "measure Redis's time per call piece by piece, from a bare script call to fixedwindow's (see the package comment)")
+	flag.BoolVar(&c.httpFloor, "http-floor", false, "measure the protocol floor's HTTP face served by net/http and by fasthttp (see the package comment)")
+	flag.StringVar(&c.floorHTTP, "floor-http", floorNetHTTP, "with -serve-floor: the HTTP server, "+floorNetHTTP+", "+floorFastHTTP+" or "+floorAdaptor)
 	floor := flag.Bool("serve-floor", false, "serve envoy ratelimit's faces on its environment's ports with canned answers: the envoy mode's protocol floor, which the harness starts itself")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
@@ -177,6 +191,8 @@ func main() {
 		runMode = runDrivers
 	case c.scriptCost:
 		runMode = runScriptCost
+	case c.httpFloor:
+		runMode = runHTTPFloor
 	}
 	if err := runMode(c); err != nil {
 		pprof.StopCPUProfile()
