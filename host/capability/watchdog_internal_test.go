@@ -1,6 +1,8 @@
 package capability
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -78,6 +80,54 @@ func TestRunningCallsRememberCallersThatGaveUp(t *testing.T) {
 	r, _ := l.oldest("n1", after)
 	if len(l.gaveUp) != maxGaveUp || !r.start.Equal(t0.Add(10*time.Millisecond)) {
 		t.Fatalf("%d remembered, oldest from %v; want %d, the newest", len(l.gaveUp), r.start.Sub(t0), maxGaveUp)
+	}
+}
+
+// The calls in flight are spread over several lists, and the oldest call
+// to a node is found whichever list holds it, while calls come and go.
+func TestRunningCallsOldestAcrossLists(t *testing.T) {
+	var l runningCalls
+	t0 := time.Now()
+	calls := make([]running, 200)
+	used := map[*runningList]bool{}
+	for i := range calls {
+		// newest first, so that list order and start order disagree
+		calls[i] = running{plugin: fmt.Sprint(i), node: "n1", start: t0.Add(time.Duration(len(calls)-i) * time.Microsecond)}
+		l.add(&calls[i])
+		used[calls[i].list] = true
+	}
+	if len(used) < runningLists/2 {
+		t.Fatalf("200 calls a microsecond apart went on %d of %d lists", len(used), runningLists)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 { // other calls come and go meanwhile
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := running{plugin: "other", node: "n1", start: time.Now().Add(time.Hour)}
+				l.add(&r)
+				l.end(&r, false)
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	after := t0.Add(time.Hour)
+	for i := len(calls) - 1; i >= 0; i-- {
+		r, ok := l.oldest("n1", after)
+		if !ok || r.plugin != calls[i].plugin {
+			t.Fatalf("oldest = %+v, %v; want call %d", r, ok, i)
+		}
+		l.end(&calls[i], false)
+	}
+	if r, ok := l.oldest("n1", after); ok {
+		t.Fatalf("no call left, yet oldest = %+v", r)
 	}
 }
 
