@@ -68,7 +68,7 @@ func TestEnvoyHarness(t *testing.T) {
 		}
 	})
 	// The test binary serves the floor (TestMain), as the bench binary
-	// does with -serve-floor, its HTTP face by either server.
+	// does with -serve-floor, its HTTP face by each of the three servers.
 	for _, impl := range []string{floorNetHTTP, floorFastHTTP, floorAdaptor} {
 		t.Run("floor "+impl, func(t *testing.T) {
 			self, err := os.Executable()

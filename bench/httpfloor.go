@@ -1,7 +1,7 @@
 package main
 
 // The http-floor mode: what another HTTP server would save under envoy
-// ratelimit's HTTP face. It runs the protocol floor twice, its HTTP face
+// ratelimit's HTTP face. It runs the protocol floor three times, its HTTP face
 // served by net/http (as ruled serves it), by fasthttp under the same
 // limits, and by fasthttp through its net/http adaptor (what serving
 // ruled's net/http handlers unchanged would give), loads POST /json on each

@@ -142,7 +142,7 @@ type config struct {
 	scriptCost bool // the script-cost mode
 
 	httpFloor bool   // the http-floor mode
-	floorHTTP string // the HTTP server of -serve-floor: floorNetHTTP or floorFastHTTP
+	floorHTTP string // the HTTP server of -serve-floor: floorNetHTTP, floorFastHTTP or floorAdaptor
 }
 
 func main() {
@@ -161,7 +161,7 @@ func main() {
 	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
 	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit built from this source tree (or this binary built from it; see the package comment)")
 	flag.BoolVar(&c.scriptCost, "script-cost", false, "measure Redis's time per call piece by piece, from a bare script call to fixedwindow's (see the package comment)")
-	flag.BoolVar(&c.httpFloor, "http-floor", false, "measure the protocol floor's HTTP face served by net/http and by fasthttp (see the package comment)")
+	flag.BoolVar(&c.httpFloor, "http-floor", false, "measure the protocol floor's HTTP face served by net/http, by fasthttp and through fasthttp's net/http adaptor (see the package comment)")
 	flag.StringVar(&c.floorHTTP, "floor-http", floorNetHTTP, "with -serve-floor: the HTTP server, "+floorNetHTTP+", "+floorFastHTTP+" or "+floorAdaptor)
 	floor := flag.Bool("serve-floor", false, "serve envoy ratelimit's faces on its environment's ports with canned answers: the envoy mode's protocol floor, which the harness starts itself")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
