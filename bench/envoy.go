@@ -19,6 +19,7 @@ import (
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/ruled-dev/ruled/host/store"
 	"github.com/ruled-dev/ruled/internal/redisinfo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,6 +30,13 @@ import (
 //
 //go:embed envoy-config.yaml
 var envoyConfig string
+
+// serverCmd is how to start one rate limit service: its name in reports,
+// binary and arguments.
+type serverCmd struct {
+	name, bin string
+	args      []string
+}
 
 // rlsServer is one rate limit service under load: ruled as envoy
 // ratelimit, or envoy ratelimit itself.
@@ -279,11 +287,9 @@ func runEnvoy(c config) error {
 	if err != nil {
 		return err
 	}
-	ruled := filepath.Join(dir, "ruled")
-	build := exec.CommandContext(ctx, "go", "build", "-o", ruled, "./cmd/ruled")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building ruled: %v\n%s", err, out)
+	ruled, err := buildRuled(ctx, root, dir)
+	if err != nil {
+		return err
 	}
 	st, redisURL, err := openRedis(ctx, c.redisURL)
 	if err != nil {
@@ -307,10 +313,7 @@ func runEnvoy(c config) error {
 	}
 	// servers[0] is ruled, servers[1] envoy ratelimit, servers[2] the
 	// protocol floor (floor.go).
-	for _, t := range []struct {
-		name, bin string
-		args      []string
-	}{{"ruled", ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", envoyBin, nil}, {floorName, self, []string{"-serve-floor"}}} {
+	for _, t := range []serverCmd{{"ruled", ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", envoyBin, nil}, {floorName, self, []string{"-serve-floor"}}} {
 		s, err := startRLS(ctx, t.name, t.bin, dir, env, t.args, conns)
 		if err != nil {
 			return err
@@ -334,48 +337,8 @@ func runEnvoy(c config) error {
 			return fmt.Errorf("warming up: %w", err)
 		}
 	}
-	type sample struct {
-		r                     *result
-		cpuUS, redisUS, reads float64 // per decision
-	}
-	// usage is what one load costs: the server's CPU, Redis's CPU and
-	// Redis's reads so far.
-	type usage struct {
-		cpu, redis time.Duration
-		reads      int64
-	}
-	snapshot := func(s *rlsServer) (u usage, err error) {
-		if u.cpu, _, err = treeCPU(s.pid()); err != nil {
-			return u, err
-		}
-		if u.redis, err = redisinfo.CPU(ctx, st.Client()); err != nil {
-			return u, err
-		}
-		u.reads, err = redisinfo.Reads(ctx, st.Client())
-		return u, err
-	}
 	measure := func(s *rlsServer, http, halfDenied bool) (sample, error) {
-		u0, err := snapshot(s)
-		if err != nil {
-			return sample{}, err
-		}
-		var r *result
-		if http {
-			if r, err = s.loadHTTP(ctx, wrk, len(users), halfDenied, c.conc, c.duration); err != nil {
-				return sample{}, err
-			}
-		} else {
-			r = s.load(ctx, users, halfDenied, c.conc, c.duration)
-		}
-		u1, err := snapshot(s)
-		if err != nil {
-			return sample{}, err
-		}
-		if r.errors > 0 || r.decisions == 0 {
-			return sample{}, fmt.Errorf("%s: %d calls, %d failed\n%s", s.name, r.decisions, r.errors, s.logTail())
-		}
-		n := float64(r.decisions)
-		return sample{r, float64((u1.cpu - u0.cpu).Nanoseconds()) / 1e3 / n, float64((u1.redis - u0.redis).Nanoseconds()) / 1e3 / n, float64(u1.reads-u0.reads) / n}, nil
+		return measureLoad(ctx, st, s, wrk, users, http, halfDenied, c.conc, c.duration)
 	}
 	phases := []struct {
 		name             string
@@ -452,6 +415,72 @@ func runEnvoy(c config) error {
 	}
 	fmt.Fprintln(w)
 	return w.Flush()
+}
+
+// buildRuled builds cmd/ruled from the repository at root into dir.
+func buildRuled(ctx context.Context, root, dir string) (string, error) {
+	ruled := filepath.Join(dir, "ruled")
+	build := exec.CommandContext(ctx, "go", "build", "-o", ruled, "./cmd/ruled")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building ruled: %v\n%s", err, out)
+	}
+	return ruled, nil
+}
+
+// sample is one load on one server in one round: its figures, and per
+// decision the server's CPU, Redis's CPU and Redis's reads; cores and
+// redisBusy are the server's and Redis's CPU per second of the load.
+type sample struct {
+	r                     *result
+	cpuUS, redisUS, reads float64
+	cores, redisBusy      float64
+}
+
+// usage is what the loads have cost so far: a server's CPU, Redis's CPU and
+// Redis's reads.
+type usage struct {
+	cpu, redis time.Duration
+	reads      int64
+}
+
+func snapshot(ctx context.Context, st *store.Store, s *rlsServer) (u usage, err error) {
+	if u.cpu, _, err = treeCPU(s.pid()); err != nil {
+		return u, err
+	}
+	if u.redis, err = redisinfo.CPU(ctx, st.Client()); err != nil {
+		return u, err
+	}
+	u.reads, err = redisinfo.Reads(ctx, st.Client())
+	return u, err
+}
+
+// measureLoad drives s with one of the envoy mode's loads (over HTTP from
+// wrk, or over gRPC) for d and returns its sample; a failed call fails it.
+func measureLoad(ctx context.Context, st *store.Store, s *rlsServer, wrk *wrkRunner, users []string, http, halfDenied bool, conc int, d time.Duration) (sample, error) {
+	u0, err := snapshot(ctx, st, s)
+	if err != nil {
+		return sample{}, err
+	}
+	var r *result
+	if http {
+		if r, err = s.loadHTTP(ctx, wrk, len(users), halfDenied, conc, d); err != nil {
+			return sample{}, err
+		}
+	} else {
+		r = s.load(ctx, users, halfDenied, conc, d)
+	}
+	u1, err := snapshot(ctx, st, s)
+	if err != nil {
+		return sample{}, err
+	}
+	if r.errors > 0 || r.decisions == 0 {
+		return sample{}, fmt.Errorf("%s: %d calls, %d failed\n%s", s.name, r.decisions, r.errors, s.logTail())
+	}
+	n := float64(r.decisions)
+	cpu, redis := (u1.cpu - u0.cpu).Seconds(), (u1.redis - u0.redis).Seconds()
+	return sample{r: r, cpuUS: cpu * 1e6 / n, redisUS: redis * 1e6 / n, reads: float64(u1.reads-u0.reads) / n,
+		cores: cpu / r.elapsed.Seconds(), redisBusy: redis / r.elapsed.Seconds()}, nil
 }
 
 // roundByRound lists figures in the order of the rounds.

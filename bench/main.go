@@ -69,6 +69,17 @@
 //
 //	go run ./bench -http-floor -concurrency 64 -rounds 5 -duration 5s
 //
+// With -scale N,N,... as well it measures the two as cores grow (issue
+// 43): for each N both run pinned to N CPUs with GOMAXPROCS=N, the private
+// redis-server to -redis-cpus, the load (this process and wrk) to
+// -load-cpus, and each takes the allowed loads over HTTP and gRPC; it
+// reports, per N, decisions/s, the cores each server used, server and
+// Redis CPU per decision, how busy Redis's core was, ruled's ratio to
+// envoy ratelimit round by round and each one's growth from the first N. It
+// needs 1 + max(N) CPUs and some for the load:
+//
+//	go run ./bench -envoy /tmp/envoy-ratelimit -scale 1,2,4,8 -concurrency 256 -rounds 3 -duration 5s
+//
 // # Script cost
 //
 // With -script-cost it measures where Redis's time per decision goes: a
@@ -141,6 +152,10 @@ type config struct {
 
 	scriptCost bool // the script-cost mode
 
+	scale     string // the scale mode's core counts
+	redisCPUs string // the scale mode's CPUs for Redis
+	loadCPUs  string // the scale mode's CPUs for the load; empty: those left
+
 	httpFloor bool   // the http-floor mode
 	floorHTTP string // the HTTP server of -serve-floor: floorNetHTTP, floorFastHTTP or floorAdaptor
 }
@@ -161,6 +176,9 @@ func main() {
 	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
 	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit built from this source tree (or this binary built from it; see the package comment)")
 	flag.BoolVar(&c.scriptCost, "script-cost", false, "measure Redis's time per call piece by piece, from a bare script call to fixedwindow's (see the package comment)")
+	flag.StringVar(&c.scale, "scale", "", "with -envoy: compare the two as the cores they are given grow, these core counts (1,2,4,8; see the package comment)")
+	flag.StringVar(&c.redisCPUs, "redis-cpus", "0", "with -scale: the CPUs of the redis-server")
+	flag.StringVar(&c.loadCPUs, "load-cpus", "", "with -scale: the CPUs of the load (default: those neither Redis's nor the servers')")
 	flag.BoolVar(&c.httpFloor, "http-floor", false, "measure the protocol floor's HTTP face served by net/http, by fasthttp and through fasthttp's net/http adaptor (see the package comment)")
 	flag.StringVar(&c.floorHTTP, "floor-http", floorNetHTTP, "with -serve-floor: the HTTP server, "+floorNetHTTP+", "+floorFastHTTP+" or "+floorAdaptor)
 	floor := flag.Bool("serve-floor", false, "serve envoy ratelimit's faces on its environment's ports with canned answers: the envoy mode's protocol floor, which the harness starts itself")
@@ -185,6 +203,8 @@ func main() {
 		runMode = runFloor
 	case c.ab != "":
 		runMode = runAB
+	case c.scale != "":
+		runMode = runScale
 	case c.envoy != "":
 		runMode = runEnvoy
 	case c.drivers:

@@ -15,7 +15,10 @@ import (
 // generator much lighter than Go's HTTP client, and one of its scripts:
 // bench/wrk.lua for ruled's checks, bench/envoy-json.lua for envoy
 // ratelimit's POST /json.
-type wrkRunner struct{ bin, script, envoyScript string }
+type wrkRunner struct {
+	bin, script, envoyScript string
+	threads                  int // wrk's -t: 2 when zero, never more than the connections
+}
 
 // findWrk finds wrk on PATH and its scripts in the repository.
 func findWrk(ctx context.Context) (*wrkRunner, error) {
@@ -42,7 +45,11 @@ func (w *wrkRunner) run(ctx context.Context, url string, d time.Duration, conc i
 // d (whole seconds, at least 1); it returns the figures of the script's
 // RESULT line and wrk's whole output.
 func (w *wrkRunner) runScript(ctx context.Context, script, url string, d time.Duration, conc int, args ...string) (*result, string, error) {
-	line := []string{"-t", "2", "-c", strconv.Itoa(conc), "-d", fmt.Sprintf("%ds", max(1, int(d.Seconds()))), "-s", script, url}
+	threads := w.threads
+	if threads == 0 {
+		threads = 2
+	}
+	line := []string{"-t", strconv.Itoa(max(1, min(threads, conc))), "-c", strconv.Itoa(conc), "-d", fmt.Sprintf("%ds", max(1, int(d.Seconds()))), "-s", script, url}
 	if len(args) > 0 {
 		line = append(append(line, "--"), args...)
 	}
