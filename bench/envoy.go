@@ -270,27 +270,12 @@ func envoyBinary(ctx context.Context, src, dir string) (bin, label string, err e
 func runEnvoy(c config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dir, err := os.MkdirTemp("", "ruled-envoy-")
+	sb, err := setupSideBySide(ctx, c.envoy, "ruled-envoy-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	root, err := repoRoot(ctx)
-	if err != nil {
-		return err
-	}
-	envoyBin, envoyLabel, err := envoyBinary(ctx, c.envoy, dir)
-	if err != nil {
-		return err
-	}
-	wrk, err := findWrk(ctx)
-	if err != nil {
-		return err
-	}
-	ruled, err := buildRuled(ctx, root, dir)
-	if err != nil {
-		return err
-	}
+	defer os.RemoveAll(sb.dir)
+	dir, envoyBin, envoyLabel, ruled, wrk := sb.dir, sb.envoyBin, sb.envoyLabel, sb.ruled, sb.wrk
 	st, redisURL, err := openRedis(ctx, c.redisURL)
 	if err != nil {
 		return err
@@ -417,15 +402,46 @@ func runEnvoy(c config) error {
 	return w.Flush()
 }
 
-// buildRuled builds cmd/ruled from the repository at root into dir.
-func buildRuled(ctx context.Context, root, dir string) (string, error) {
-	ruled := filepath.Join(dir, "ruled")
-	build := exec.CommandContext(ctx, "go", "build", "-o", ruled, "./cmd/ruled")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building ruled: %v\n%s", err, out)
+// sideBySide is what the envoy and scale modes set up alike: a temporary
+// directory (the caller removes it), envoy ratelimit's binary and label,
+// ruled built from this repository, and wrk.
+type sideBySide struct {
+	dir, envoyBin, envoyLabel, ruled string
+	wrk                              *wrkRunner
+}
+
+// setupSideBySide builds both servers from envoySrc and this repository
+// into a new temporary directory named with prefix.
+func setupSideBySide(ctx context.Context, envoySrc, prefix string) (*sideBySide, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
 	}
-	return ruled, nil
+	sb := &sideBySide{dir: dir}
+	err = func() error {
+		root, err := repoRoot(ctx)
+		if err != nil {
+			return err
+		}
+		if sb.envoyBin, sb.envoyLabel, err = envoyBinary(ctx, envoySrc, dir); err != nil {
+			return err
+		}
+		if sb.wrk, err = findWrk(ctx); err != nil {
+			return err
+		}
+		sb.ruled = filepath.Join(dir, "ruled")
+		build := exec.CommandContext(ctx, "go", "build", "-o", sb.ruled, "./cmd/ruled")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("building ruled: %v\n%s", err, out)
+		}
+		return nil
+	}()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return sb, nil
 }
 
 // sample is one load on one server in one round: its figures, and per

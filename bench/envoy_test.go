@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ruled-dev/ruled/host/store"
 	"github.com/ruled-dev/ruled/internal/redisinfo"
 )
 
@@ -18,15 +19,7 @@ import (
 // half denied, over gRPC and HTTP, without a failed call.
 func TestEnvoyHarness(t *testing.T) {
 	ctx := context.Background()
-	st, redisURL, err := openRedis(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	wrk, err := findWrk(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, redisURL, wrk := openHarness(t)
 	t.Run("ruled", func(t *testing.T) {
 		dir := t.TempDir()
 		env, err := envoyRuntime(filepath.Join(dir, "runtime"), redisURL)
@@ -83,6 +76,21 @@ func TestEnvoyHarness(t *testing.T) {
 			checkHarness(t, s, wrk)
 		})
 	}
+}
+
+// openHarness starts a private Redis, closed when t ends, and finds wrk.
+func openHarness(t *testing.T) (*store.Store, string, *wrkRunner) {
+	t.Helper()
+	st, redisURL, err := openRedis(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	wrk, err := findWrk(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, redisURL, wrk
 }
 
 // checkHarness probes s and drives it with every load of the envoy mode,

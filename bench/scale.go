@@ -141,27 +141,12 @@ func runScale(c config) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dir, err := os.MkdirTemp("", "ruled-scale-")
+	sb, err := setupSideBySide(ctx, c.envoy, "ruled-scale-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	root, err := repoRoot(ctx)
-	if err != nil {
-		return err
-	}
-	envoyBin, envoyLabel, err := envoyBinary(ctx, c.envoy, dir)
-	if err != nil {
-		return err
-	}
-	ruled, err := buildRuled(ctx, root, dir)
-	if err != nil {
-		return err
-	}
-	wrk, err := findWrk(ctx)
-	if err != nil {
-		return err
-	}
+	defer os.RemoveAll(sb.dir)
+	dir, envoyBin, envoyLabel, ruled, wrk := sb.dir, sb.envoyBin, sb.envoyLabel, sb.ruled, sb.wrk
 	wrk.threads = len(layout.load)
 	st, redisURL, err := openRedis(ctx, c.redisURL)
 	if err != nil {

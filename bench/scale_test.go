@@ -55,15 +55,7 @@ func TestScaleLayout(t *testing.T) {
 // pinning this process moves all its threads.
 func TestScalePinning(t *testing.T) {
 	ctx := context.Background()
-	st, redisURL, err := openRedis(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	wrk, err := findWrk(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, redisURL, wrk := openHarness(t)
 	dir := t.TempDir()
 	env, err := envoyRuntime(dir+"/runtime", redisURL)
 	if err != nil {
