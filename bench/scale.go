@@ -127,6 +127,7 @@ func pin(pid int, cpus []int) error {
 	return nil
 }
 
+// runScale is the -scale mode (see the file's comment).
 func runScale(c config) error {
 	if c.envoy == "" {
 		return fmt.Errorf("-scale needs -envoy SOURCE: envoy ratelimit's source tree or a binary built from it")
