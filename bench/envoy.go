@@ -173,7 +173,7 @@ func (s *rlsServer) loadHTTP(ctx context.Context, w *wrkRunner, users int, halfD
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.name, err)
 	}
-	if err := wantStatuses(ok, over, other, halfDenied, conc); err != nil {
+	if err := wantStatuses(ok, over, other, halfDenied, conc, w.threadsFor(conc)); err != nil {
 		return nil, fmt.Errorf("%s: %w\n%s", s.name, err, s.logTail())
 	}
 	return r, nil
@@ -182,15 +182,15 @@ func (s *rlsServer) loadHTTP(ctx context.Context, w *wrkRunner, users int, halfD
 // wantStatuses checks the responses of an HTTP load by status: none but
 // 200 and 429; no 429 when every request is allowed; when every other one
 // is denied, as many 429s as 200s, give or take the conc requests still in
-// flight when the load stopped and one for each of wrk's two threads, which
+// flight when the load stopped and one for each of wrk's threads, which
 // may stop between a pair.
-func wantStatuses(ok, over, other int64, halfDenied bool, conc int) error {
+func wantStatuses(ok, over, other int64, halfDenied bool, conc, threads int) error {
 	switch {
 	case other > 0:
 		return fmt.Errorf("%d responses neither 200 nor 429 (%d 200, %d 429)", other, ok, over)
 	case !halfDenied && over > 0:
 		return fmt.Errorf("%d of %d requests denied, want none", over, ok+over)
-	case halfDenied && (ok-over > int64(conc)+2 || over-ok > int64(conc)+2):
+	case halfDenied && (ok-over > int64(conc+threads) || over-ok > int64(conc+threads)):
 		return fmt.Errorf("%d requests allowed and %d denied, want half each", ok, over)
 	}
 	return nil
@@ -275,13 +275,12 @@ func runEnvoy(c config) error {
 		return err
 	}
 	defer os.RemoveAll(sb.dir)
-	dir, envoyBin, envoyLabel, ruled, wrk := sb.dir, sb.envoyBin, sb.envoyLabel, sb.ruled, sb.wrk
 	st, redisURL, err := openRedis(ctx, c.redisURL)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	env, err := envoyRuntime(filepath.Join(dir, "runtime"), redisURL)
+	env, err := envoyRuntime(filepath.Join(sb.dir, "runtime"), redisURL)
 	if err != nil {
 		return fmt.Errorf("-envoy: %w", err)
 	}
@@ -298,8 +297,8 @@ func runEnvoy(c config) error {
 	}
 	// servers[0] is ruled, servers[1] envoy ratelimit, servers[2] the
 	// protocol floor (floor.go).
-	for _, t := range []serverCmd{{"ruled", ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", envoyBin, nil}, {floorName, self, []string{"-serve-floor"}}} {
-		s, err := startRLS(ctx, t.name, t.bin, dir, env, t.args, conns)
+	for _, t := range []serverCmd{{"ruled", sb.ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", sb.envoyBin, nil}, {floorName, self, []string{"-serve-floor"}}} {
+		s, err := startRLS(ctx, t.name, t.bin, sb.dir, env, t.args, conns)
 		if err != nil {
 			return err
 		}
@@ -318,12 +317,12 @@ func runEnvoy(c config) error {
 		if r := s.load(ctx, users, true, c.conc, min(c.duration, 2*time.Second)); r.errors > 0 {
 			return fmt.Errorf("%s: %d failed calls while warming up\n%s", s.name, r.errors, s.logTail())
 		}
-		if _, err := s.loadHTTP(ctx, wrk, len(users), true, c.conc, time.Second); err != nil {
+		if _, err := s.loadHTTP(ctx, sb.wrk, len(users), true, c.conc, time.Second); err != nil {
 			return fmt.Errorf("warming up: %w", err)
 		}
 	}
 	measure := func(s *rlsServer, http, halfDenied bool) (sample, error) {
-		return measureLoad(ctx, st, s, wrk, users, http, halfDenied, c.conc, c.duration)
+		return measureLoad(ctx, st, s, sb.wrk, users, http, halfDenied, c.conc, c.duration)
 	}
 	phases := []struct {
 		name             string
@@ -355,7 +354,7 @@ func runEnvoy(c config) error {
 	}
 
 	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintf(w, "ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server, one descriptor per decision;\n", envoyLabel)
+	fmt.Fprintf(w, "ruled envoy-ratelimit and envoy ratelimit (%s), one redis-server, one descriptor per decision;\n", sb.envoyLabel)
 	fmt.Fprintf(w, "%s: grpc-go with ruled's server options and net/http answering canned decisions (no rules, no Redis);\n", floorName)
 	fmt.Fprintf(w, "RLS: gRPC ShouldRateLimit, %d concurrent calls over %d connections; HTTP: POST /json from wrk, %d connections;\n", c.conc, conns, c.conc)
 	fmt.Fprintf(w, "%d rounds of %v each per load, each server going first in turn, %d subjects; load %s\n",

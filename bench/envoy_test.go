@@ -140,7 +140,7 @@ func TestWantStatuses(t *testing.T) {
 		{94, 100, 0, true, true},
 		{100, 100, 2, true, false},
 	} {
-		err := wantStatuses(c.ok, c.over, c.other, c.half, 4)
+		err := wantStatuses(c.ok, c.over, c.other, c.half, 4, 2)
 		if (err == nil) != c.pass {
 			t.Errorf("wantStatuses(%d, %d, %d, half %v) = %v, want pass %v", c.ok, c.over, c.other, c.half, err, c.pass)
 		}

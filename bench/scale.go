@@ -147,8 +147,7 @@ func runScale(c config) error {
 		return err
 	}
 	defer os.RemoveAll(sb.dir)
-	dir, envoyBin, envoyLabel, ruled, wrk := sb.dir, sb.envoyBin, sb.envoyLabel, sb.ruled, sb.wrk
-	wrk.threads = len(layout.load)
+	sb.wrk.threads = len(layout.load)
 	st, redisURL, err := openRedis(ctx, c.redisURL)
 	if err != nil {
 		return err
@@ -164,7 +163,7 @@ func runScale(c config) error {
 	if err := pin(os.Getpid(), layout.load); err != nil {
 		return err
 	}
-	env, err := envoyRuntime(filepath.Join(dir, "runtime"), redisURL)
+	env, err := envoyRuntime(filepath.Join(sb.dir, "runtime"), redisURL)
 	if err != nil {
 		return fmt.Errorf("-scale: %w", err)
 	}
@@ -173,7 +172,7 @@ func runScale(c config) error {
 		name string
 		http bool
 	}{{"HTTP", true}, {"RLS", false}}
-	cmds := []serverCmd{{"ruled", ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", envoyBin, nil}}
+	cmds := []serverCmd{{"ruled", sb.ruled, []string{"envoy-ratelimit"}}, {"envoy-ratelimit", sb.envoyBin, nil}}
 	// samples[n][load][server] holds one sample per round.
 	samples := make([][][][]sample, len(ns))
 	for ni, n := range ns {
@@ -181,7 +180,7 @@ func runScale(c config) error {
 		for li := range loads {
 			samples[ni][li] = make([][]sample, len(cmds))
 		}
-		servers, err := startPinned(ctx, dir, env, layout.servers[:n], c.conc, cmds)
+		servers, err := startPinned(ctx, sb.dir, env, layout.servers[:n], c.conc, cmds)
 		if err != nil {
 			return err
 		}
@@ -195,7 +194,7 @@ func runScale(c config) error {
 				if r := s.load(ctx, users, false, c.conc, min(c.duration, 2*time.Second)); r.errors > 0 {
 					return fmt.Errorf("%s on %d CPUs: %d failed calls while warming up\n%s", s.name, n, r.errors, s.logTail())
 				}
-				if _, err := s.loadHTTP(ctx, wrk, len(users), false, c.conc, time.Second); err != nil {
+				if _, err := s.loadHTTP(ctx, sb.wrk, len(users), false, c.conc, time.Second); err != nil {
 					return fmt.Errorf("warming up: %w", err)
 				}
 			}
@@ -203,7 +202,7 @@ func runScale(c config) error {
 				for li, ld := range loads {
 					for k := range servers {
 						i := (k + round) % len(servers) // each goes first in turn
-						x, err := measureLoad(ctx, st, servers[i], wrk, users, ld.http, false, c.conc, c.duration)
+						x, err := measureLoad(ctx, st, servers[i], sb.wrk, users, ld.http, false, c.conc, c.duration)
 						if err != nil {
 							return fmt.Errorf("on %d CPUs, %s, round %d: %w", n, ld.name, round+1, err)
 						}
@@ -219,9 +218,9 @@ func runScale(c config) error {
 	}
 
 	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintf(w, "ruled envoy-ratelimit and envoy ratelimit (%s) on N CPUs each (GOMAXPROCS=N), every decision allowed;\n", envoyLabel)
+	fmt.Fprintf(w, "ruled envoy-ratelimit and envoy ratelimit (%s) on N CPUs each (GOMAXPROCS=N), every decision allowed;\n", sb.envoyLabel)
 	fmt.Fprintf(w, "redis-server on CPUs %s, the servers on CPUs %s (the first N), the load on CPUs %s (wrk -t %d);\n",
-		cpuList(layout.redis), cpuList(layout.servers), cpuList(layout.load), wrk.threads)
+		cpuList(layout.redis), cpuList(layout.servers), cpuList(layout.load), sb.wrk.threads)
 	fmt.Fprintf(w, "RLS: %d concurrent calls over %d connections; HTTP: POST /json from %d connections; %d rounds of %v per load, %d subjects; load %s\n",
 		c.conc, rlsConns(c.conc), c.conc, c.rounds, c.duration, c.subjects, readLoadAvg())
 	for li, ld := range loads {

@@ -20,6 +20,15 @@ type wrkRunner struct {
 	threads                  int // wrk's -t: 2 when zero, never more than the connections
 }
 
+// threadsFor is wrk's -t for conc connections.
+func (w *wrkRunner) threadsFor(conc int) int {
+	threads := w.threads
+	if threads == 0 {
+		threads = 2
+	}
+	return max(1, min(threads, conc))
+}
+
 // findWrk finds wrk on PATH and its scripts in the repository.
 func findWrk(ctx context.Context) (*wrkRunner, error) {
 	bin, err := exec.LookPath("wrk")
@@ -45,11 +54,7 @@ func (w *wrkRunner) run(ctx context.Context, url string, d time.Duration, conc i
 // d (whole seconds, at least 1); it returns the figures of the script's
 // RESULT line and wrk's whole output.
 func (w *wrkRunner) runScript(ctx context.Context, script, url string, d time.Duration, conc int, args ...string) (*result, string, error) {
-	threads := w.threads
-	if threads == 0 {
-		threads = 2
-	}
-	line := []string{"-t", strconv.Itoa(max(1, min(threads, conc))), "-c", strconv.Itoa(conc), "-d", fmt.Sprintf("%ds", max(1, int(d.Seconds()))), "-s", script, url}
+	line := []string{"-t", strconv.Itoa(w.threadsFor(conc)), "-c", strconv.Itoa(conc), "-d", fmt.Sprintf("%ds", max(1, int(d.Seconds()))), "-s", script, url}
 	if len(args) > 0 {
 		line = append(append(line, "--"), args...)
 	}
