@@ -85,9 +85,10 @@
 // With -script-cost it measures where Redis's time per decision goes: a
 // bare script call, a decision's reply, TIME, ruled's prelude and reply cap,
 // and fixedwindow's production script, each row one piece more than the
-// one above, and envoy ratelimit's two plain commands beside them; each
-// step is driven through go-redis's autopipeliner, as the capability sends
-// calls, and reports Redis's CPU per call and its time inside the commands:
+// one above, and tokenbucket's production script and envoy ratelimit's two
+// plain commands beside them; each step is driven through go-redis's
+// autopipeliner, as the capability sends calls, and reports Redis's CPU per
+// call and its time inside the commands:
 //
 //	go run ./bench -script-cost -concurrency 64 -rounds 5 -duration 3s
 //

@@ -19,6 +19,7 @@ import (
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/internal/redisinfo"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
+	"github.com/ruled-dev/ruled/plugins/tokenbucket"
 )
 
 // costStep is one row of the script-cost breakdown: a Redis call made of
@@ -30,6 +31,17 @@ type costStep struct {
 	// batch, when set, is the number of decisions each call of src makes
 	// (batchedSource); costs are then per decision.
 	batch int
+	// keys and args are a call's key suffixes and arguments (after the
+	// prelude's clock); nil means fixedwindow's (fixedwindowCall).
+	keys, args []string
+	// alone marks a row that does not build on the one above.
+	alone bool
+}
+
+// fixedwindowCall is a fixedwindow decision's key suffixes and arguments:
+// a one-minute window with room for every call, one hit.
+var fixedwindowCall = struct{ keys, args []string }{
+	[]string{"c", "d"}, []string{"1000000000", strconv.FormatInt(time.Minute.Microseconds(), 10), "0", "1", "", "0"},
 }
 
 // batchSize is how many decisions the batched step makes per script call.
@@ -70,24 +82,33 @@ const decisionReply = "return {1, 1, 1000000000, 999999999, 60000000, 0}"
 // built-in, the same under a loaded plugin's reply cap, and, for
 // comparison, envoy ratelimit's two plain commands.
 func costSteps() []costStep {
-	var decide, capped, body string
+	var decide, capped, body, bucket string
 	for _, s := range fixedwindow.New().Info().Scripts {
 		if s.Name == "decide" {
 			capped = capability.Source(fixedwindow.Name, s.Name, s.Source)
 			decide, body = capability.NativeSource(fixedwindow.Name, s.Name, s.Source), s.Source
 		}
 	}
+	for _, s := range tokenbucket.New().Info().Scripts {
+		if s.Name == "decide" {
+			bucket = capability.NativeSource(tokenbucket.Name, s.Name, s.Source)
+		}
+	}
 	return []costStep{
-		{"evalsha", "a script call (return 1)", "return 1", 0},
-		{"reply", "+ a decision's reply (6 integers)", decisionReply, 0},
-		{"time", "+ TIME", "redis.call('TIME')\n" + decisionReply, 0},
-		{"wrapped", "+ ruled's prelude (a built-in's)", capability.NativeSource("bench", "wrapped", "redis.call('TIME')\n"+decisionReply), 0},
-		{"commands", "+ a grant's HINCRBY", capability.NativeSource("bench", "commands", "redis.call('TIME')\n"+
-			"redis.call('HINCRBY', KEYS[1], 'n', 1)\n"+decisionReply), 0},
-		{"fixedwindow", "+ the rest of fixedwindow's decide", decide, 0},
-		{"capped", "fixedwindow's decide with the reply cap of a loaded plugin", capped, 0},
-		{"batched", "fixedwindow's decide, " + strconv.Itoa(batchSize) + " decisions per script call (a probe)", batchedSource(body), batchSize},
-		{"incrby+expire", "envoy ratelimit's INCRBY + EXPIRE, no script", "", 0},
+		{name: "evalsha", adds: "a script call (return 1)", src: "return 1"},
+		{name: "reply", adds: "+ a decision's reply (6 integers)", src: decisionReply},
+		{name: "time", adds: "+ TIME", src: "redis.call('TIME')\n" + decisionReply},
+		{name: "wrapped", adds: "+ ruled's prelude (a built-in's)", src: capability.NativeSource("bench", "wrapped", "redis.call('TIME')\n"+decisionReply)},
+		{name: "commands", adds: "+ a grant's HINCRBY", src: capability.NativeSource("bench", "commands", "redis.call('TIME')\n"+
+			"redis.call('HINCRBY', KEYS[1], 'n', 1)\n"+decisionReply)},
+		{name: "fixedwindow", adds: "+ the rest of fixedwindow's decide", src: decide},
+		{name: "capped", adds: "fixedwindow's decide with the reply cap of a loaded plugin", src: capped},
+		{name: "batched", adds: "fixedwindow's decide, " + strconv.Itoa(batchSize) + " decisions per script call (a probe)", src: batchedSource(body), batch: batchSize},
+		// A bucket of a billion permits a second: every call grants and
+		// writes (the level stays a permit below full).
+		{name: "tokenbucket", adds: "tokenbucket's decide (its own script, not a step)", src: bucket, alone: true,
+			keys: []string{"b"}, args: []string{"1000000000", "1000000", "1000000000", "1", "0"}},
+		{name: "incrby+expire", adds: "envoy ratelimit's INCRBY + EXPIRE, no script", alone: true},
 	}
 }
 
@@ -102,7 +123,8 @@ type costRow struct {
 
 // measureCost drives step for d from conc goroutines through go-redis's
 // autopipeliner, as the capability sends script calls, with fixedwindow's
-// arguments and keys for one of subjects per call (bench:STEP:{N}:c and :d).
+// keys and arguments (fixedwindow's unless it names its own) for one of
+// subjects per call (bench:STEP:{N}:KEY).
 func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.AutoPipeliner, step costStep, subjects, conc int, d time.Duration) (costRow, error) {
 	sha := ""
 	if step.src != "" {
@@ -118,24 +140,39 @@ func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.Au
 	if err != nil {
 		return costRow{}, err
 	}
-	window := strconv.FormatInt(time.Minute.Microseconds(), 10)
+	keys, args := step.keys, step.args
+	if keys == nil {
+		keys, args = fixedwindowCall.keys, fixedwindowCall.args
+	}
 	r := drive(step.name, d, conc, func(i int) error {
 		tag := "{" + strconv.Itoa(i%subjects) + "}"
 		var cmds []redis.Cmder
 		if step.batch > 0 {
-			line := []any{"evalsha", sha, 2 * step.batch}
-			args := []any{"", step.batch}
+			line := []any{"evalsha", sha, len(keys) * step.batch}
+			batch := []any{"", step.batch}
 			for j := range step.batch {
 				tag := "{" + strconv.Itoa((i*step.batch+j)%subjects) + "}"
-				line = append(line, "bench:"+step.name+":"+tag+":c", "bench:"+step.name+":"+tag+":d")
-				args = append(args, 2, 6, "1000000000", window, "0", "1", "", "0")
+				for _, k := range keys {
+					line = append(line, "bench:"+step.name+":"+tag+":"+k)
+				}
+				batch = append(batch, len(keys), len(args))
+				for _, a := range args {
+					batch = append(batch, a)
+				}
 			}
-			cmds = append(cmds, redis.NewCmd(ctx, append(line, args...)...))
+			cmds = append(cmds, redis.NewCmd(ctx, append(line, batch...)...))
 		} else if sha != "" {
-			cmds = append(cmds, redis.NewCmd(ctx, "evalsha", sha, 2, "bench:"+step.name+":"+tag+":c", "bench:"+step.name+":"+tag+":d",
-				"", "1000000000", window, "0", "1", "", "0"))
+			line := []any{"evalsha", sha, len(keys)}
+			for _, k := range keys {
+				line = append(line, "bench:"+step.name+":"+tag+":"+k)
+			}
+			line = append(line, "") // the prelude's clock: Redis's
+			for _, a := range args {
+				line = append(line, a)
+			}
+			cmds = append(cmds, redis.NewCmd(ctx, line...))
 		} else {
-			key := "bench_" + tag + "_" + window
+			key := "bench_" + tag + "_60"
 			cmds = append(cmds, redis.NewCmd(ctx, "incrby", key, 1), redis.NewCmd(ctx, "expire", key, 60))
 		}
 		futures := make([]redis.AutoFuture, len(cmds))
@@ -219,7 +256,7 @@ func runScriptCost(c config) error {
 			cpus, cmds = append(cpus, r.cpuUS), append(cmds, r.cmdUS)
 		}
 		adds := "—"
-		if i > 0 && s.src != "" {
+		if i > 0 && !s.alone {
 			adds = fmt.Sprintf("%+.2f", median(cpus)-prev)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%.2f\t%.2f–%.2f\t%.2f\t%s\t\n", s.name, s.adds, median(cpus), slices.Min(cpus), slices.Max(cpus), median(cmds), adds)

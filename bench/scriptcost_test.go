@@ -33,6 +33,16 @@ func TestScriptCostSteps(t *testing.T) {
 		if r.calls == 0 || r.cpuUS <= 0 || r.cmdUS <= 0 {
 			t.Errorf("%s: %+v, want calls that cost Redis time", s.name, r)
 		}
+		if s.name == "tokenbucket" {
+			// Every call took a permit from a billion: each bucket is
+			// stored, below full.
+			for i := range 3 {
+				l, err := client.HGet(ctx, "bench:tokenbucket:{"+strconv.Itoa(i)+"}:b", "l").Int64()
+				if err != nil || l <= 0 || l >= 1e9*1e6 {
+					t.Errorf("tokenbucket, subject %d: level %d (%v), want one below full", i, l, err)
+				}
+			}
+		}
 		if s.name != "fixedwindow" && s.name != "capped" && s.name != "batched" {
 			continue
 		}

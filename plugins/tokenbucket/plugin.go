@@ -65,7 +65,7 @@ func New() sdk.Algorithm { return Plugin{} }
 
 // Info implements sdk.Algorithm.
 func (Plugin) Info() sdk.Info {
-	return sdk.Info{Name: Name, Version: "1.0.0", Scripts: []sdk.Script{{
+	return sdk.Info{Name: Name, Version: "1.1.0", Scripts: []sdk.Script{{
 		Name:     "decide",
 		Source:   script,
 		Commands: []string{"HMGET", "HSET", "PEXPIRE", "DEL"},
