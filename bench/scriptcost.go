@@ -31,8 +31,8 @@ type costStep struct {
 	// batch, when set, is the number of decisions each call of src makes
 	// (batchedSource); costs are then per decision.
 	batch int
-	// keys and args are a call's key suffixes and arguments (after the
-	// prelude's clock); nil means fixedwindow's (fixedwindowCall).
+	// keys and args are a call's key suffixes and arguments; nil means
+	// fixedwindow's (fixedwindowCall).
 	keys, args []string
 	// alone marks a row that does not build on the one above.
 	alone bool
@@ -98,8 +98,8 @@ func costSteps() []costStep {
 		{name: "evalsha", adds: "a script call (return 1)", src: "return 1"},
 		{name: "reply", adds: "+ a decision's reply (6 integers)", src: decisionReply},
 		{name: "time", adds: "+ TIME", src: "redis.call('TIME')\n" + decisionReply},
-		{name: "wrapped", adds: "+ ruled's prelude (a built-in's)", src: capability.NativeSource("bench", "wrapped", "redis.call('TIME')\n"+decisionReply)},
-		{name: "commands", adds: "+ a grant's HINCRBY", src: capability.NativeSource("bench", "commands", "redis.call('TIME')\n"+
+		{name: "wrapped", adds: "+ ruled's prelude (a built-in's)", src: capability.NativeSource("bench", "wrapped", "ruled_now_us()\n"+decisionReply)},
+		{name: "commands", adds: "+ a grant's HINCRBY", src: capability.NativeSource("bench", "commands", "ruled_now_us()\n"+
 			"redis.call('HINCRBY', KEYS[1], 'n', 1)\n"+decisionReply)},
 		{name: "fixedwindow", adds: "+ the rest of fixedwindow's decide", src: decide},
 		{name: "capped", adds: "fixedwindow's decide with the reply cap of a loaded plugin", src: capped},
@@ -166,7 +166,6 @@ func measureCost(ctx context.Context, client redis.UniversalClient, ap *redis.Au
 			for _, k := range keys {
 				line = append(line, "bench:"+step.name+":"+tag+":"+k)
 			}
-			line = append(line, "") // the prelude's clock: Redis's
 			for _, a := range args {
 				line = append(line, a)
 			}

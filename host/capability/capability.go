@@ -304,23 +304,27 @@ func (c *Capability) Timeout() time.Duration { return c.timeout }
 // (RegisterNative) are not capped.
 const MaxReplyBytes = 64 << 10
 
-// Prelude is the start of every declared script. It takes the clock argument
-// the host always passes first off ARGV, defines ruled_now_us() and opens
-// the function that holds the plugin's source (see Source).
-const Prelude = preludeClock + preludeOpen
-
-const preludeClock = `local ruled_clock = table.remove(ARGV, 1)
-local function ruled_now_us()
-  if ruled_clock ~= '' then return tonumber(ruled_clock) end
+// preludeTime starts the scripts of a capability without Options.Clock
+// (production): ruled_now_us() is Redis's TIME in microseconds, and ARGV
+// is the plugin's arguments as they are.
+const preludeTime = `local function ruled_now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 `
 
+// preludeClock starts them under Options.Clock instead: every call passes
+// the clock's time first in ARGV (appendCall), which it takes off.
+const preludeClock = `local ruled_clock = tonumber(table.remove(ARGV, 1))
+local function ruled_now_us() return ruled_clock end
+`
+
+// preludeOpen opens the function that holds a capped plugin's source,
+// whose reply the postlude checks.
 const preludeOpen = "local function ruled_script()\n"
 
-// holdExpiry goes between the Prelude's parts in the scripts of a
-// capability with Options.HoldKeys: the plugin's redis is a local that
+// holdExpiry follows preludeClock in the scripts of a capability with
+// Options.HoldKeys: the plugin's redis is a local that
 // shadows the global one and makes EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT
 // do nothing. Production scripts never carry it.
 const holdExpiry = `local redis = (function(real)
@@ -361,34 +365,39 @@ end
 return ruled_reply
 `)
 
-// nativePostlude closes the plugin's function and returns its reply as it
-// is: the end of a native plugin's scripts.
-const nativePostlude = "\nend\nreturn ruled_script()\n"
-
 // Source returns the script ruled runs for a declared source of a plugin
 // it loads: a first line that names it (SLOWLOG shows it, for the
-// watchdog), the Prelude, the source as the body of a function, and the
-// reply cap.
-func Source(plugin, script, body string) string { return source(plugin, script, body, false, true) }
-
-// NativeSource is Source for a plugin compiled into ruled: the same lines
-// without the reply cap.
-func NativeSource(plugin, script, body string) string {
-	return source(plugin, script, body, false, false)
+// watchdog), the prelude that defines ruled_now_us(), the source as the
+// body of a function, and the reply cap.
+func Source(plugin, script, body string) string {
+	head, end := sourceParts(plugin, script, false, false, true)
+	return head + body + end
 }
 
-// source is Source, with holdExpiry in the prelude when hold is set and
-// the reply cap when capped is.
-func source(plugin, script, body string, hold, capped bool) string {
-	prelude := Prelude
-	if hold {
-		prelude = preludeClock + holdExpiry + preludeOpen
+// NativeSource is Source for a plugin compiled into ruled: the first line,
+// the prelude and the source, which returns its reply as it is.
+func NativeSource(plugin, script, body string) string {
+	head, end := sourceParts(plugin, script, false, false, false)
+	return head + body + end
+}
+
+// sourceParts returns what goes before and after a plugin's source in the
+// script ruled runs for it: with preludeClock when clock is set (and
+// holdExpiry when hold is), preludeTime otherwise, and the reply cap when
+// capped is. Uncapped sources run as the script's own body, with no
+// function around them: Redis runs this for every decision.
+func sourceParts(plugin, script string, clock, hold, capped bool) (head, end string) {
+	head = sourceTag + plugin + "/" + script + "\n" + preludeTime
+	if clock {
+		head = sourceTag + plugin + "/" + script + "\n" + preludeClock
+		if hold {
+			head += holdExpiry
+		}
 	}
-	end := nativePostlude
 	if capped {
-		end = postlude
+		return head + preludeOpen, postlude
 	}
-	return sourceTag + plugin + "/" + script + "\n" + prelude + body + end
+	return head, "\n"
 }
 
 // sourceTag starts the first line of every script ruled runs.
@@ -452,10 +461,11 @@ func (c *Capability) register(plugin string, scripts []sdk.Script, capped bool) 
 				return nil, fmt.Errorf("capability: plugin %s: script %q: Returns: %w", plugin, s.Name, err)
 			}
 		}
-		src := source(plugin, s.Name, s.Source, c.holdKeys, capped)
+		head, end := sourceParts(plugin, s.Name, c.clock != nil, c.holdKeys, capped)
+		src := head + s.Source + end
 		rs := redis.NewScript(src)
 		p.scripts[s.Name] = &script{Script: rs, src: src, hashArg: rs.Hash(), returns: s.Returns, body: s.Source,
-			commands: s.Commands, headLines: headLines(src), bodyLines: strings.Count(s.Source, "\n") + 1}
+			commands: s.Commands, headLines: strings.Count(head, "\n"), bodyLines: strings.Count(s.Source, "\n") + 1}
 		c.byHash.Store(rs.Hash(), [2]string{plugin, s.Name})
 	}
 	if err := CheckCommands(scripts); err != nil {
@@ -537,13 +547,14 @@ func (p *Plugin) declared(name string, keys []string) (*script, error) {
 	return s, nil
 }
 
-// callLen is the length of the command line of a call with keys and args.
+// callLen is the length of the command line of a call with keys and args,
+// with room for the clock argument.
 func callLen(keys []string, args []any) int { return 3 + len(keys) + 1 + len(args) }
 
 // appendCall appends to call the command line of one call of s, as Redis
 // receives it: EVALSHA, the script's SHA1, the number of keys, the keys
-// under their prefix (fullKeys), the clock argument (Options.Clock's time
-// now, or "") and args.
+// under their prefix (fullKeys), under Options.Clock its time now
+// (preludeClock), and args.
 func (p *Plugin) appendCall(call []any, s *script, full []string, args []any) []any {
 	call = append(call, "evalsha", s.hashArg, len(full))
 	for _, k := range full {
@@ -551,8 +562,6 @@ func (p *Plugin) appendCall(call []any, s *script, full []string, args []any) []
 	}
 	if p.cap.clock != nil {
 		call = append(call, strconv.FormatInt(p.cap.clock(), 10))
-	} else {
-		call = append(call, "")
 	}
 	return append(call, args...)
 }
@@ -719,12 +728,6 @@ type script struct {
 	body                 string
 	commands             []string
 	headLines, bodyLines int
-}
-
-// headLines is the number of lines source puts before the plugin's body in
-// src: the first line and the prelude's, which ends with preludeOpen.
-func headLines(src string) int {
-	return strings.Count(src[:strings.Index(src, preludeOpen)+len(preludeOpen)], "\n")
 }
 
 // run runs one script call on client, or on sc, its autopipeliner, when

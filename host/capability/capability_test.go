@@ -147,6 +147,50 @@ func TestInjectedClockAndArgs(t *testing.T) {
 	}
 }
 
+// Without a clock (production) a call carries the plugin's arguments only,
+// and ruled_now_us() is Redis's TIME, for loaded and native plugins alike.
+func TestRedisClockAndArgs(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := newCap(t, srv, capability.Options{})
+	loaded, err := c.Register("loaded", []sdk.Script{nowScript, argsScript})
+	if err != nil {
+		t.Fatal(err)
+	}
+	native, err := c.RegisterNative("native", []sdk.Script{nowScript, argsScript})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]*capability.Plugin{"loaded": loaded, "native": native} {
+		h := p.Host("r", "s")
+		before, err := srv.Client().Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := h.Eval(ctx, "now", nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		after, err := srv.Client().Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now, _ := r.Int64(); now < before.UnixMicro() || now > after.UnixMicro() {
+			t.Fatalf("%s: ruled_now_us() = %d, want Redis's TIME, between %d and %d", name, now, before.UnixMicro(), after.UnixMicro())
+		}
+		r, err = h.Eval(ctx, "args", nil, 7, "x")
+		if arr, _ := r.Array(); err != nil || len(arr) != 2 || arr[0].Value() != "7" || arr[1].Value() != "x" {
+			t.Fatalf("%s: ARGV %v (%v), want the plugin's 7 and x only", name, r.Value(), err)
+		}
+		if err := p.Preload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if cmd, err := p.Command("r", "s", "args", nil, 7, "x"); err != nil || len(cmd) != 5 {
+			t.Fatalf("%s: command line %v (%v), want EVALSHA, the SHA, 0 keys and the two arguments", name, cmd, err)
+		}
+	}
+}
+
 func TestTimeoutAndBreaker(t *testing.T) {
 	t.Run("direct", func(t *testing.T) { testTimeoutAndBreaker(t, nil) })
 	t.Run("autopipelined", func(t *testing.T) { testTimeoutAndBreaker(t, redis.DefaultBlockingAutoPipelineOptions()) })

@@ -14,7 +14,7 @@ import (
 // ScriptError is the error of a declared script that Redis ran or compiled
 // and that failed: a Lua runtime or compile error, or a command or key its
 // ACL user may not use. Its text counts lines as the plugin's own source
-// does (Redis counts the lines of the first line and Prelude that Source
+// does (Redis counts the lines of the first line and prelude that Source
 // puts before it) and, for a refused command, names the command. Unwrap
 // returns Redis's own error, unchanged.
 type ScriptError struct {
