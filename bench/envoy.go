@@ -311,14 +311,17 @@ func runEnvoy(c config) error {
 	}
 	users := userValues(c.subjects)
 	for _, s := range servers { // warm up, outside the measurement
-		if err := s.exhaust(ctx, users); err != nil {
+		err := s.inDeniedWindow(ctx, users, func() error {
+			if r := s.load(ctx, users, true, c.conc, min(c.duration, 2*time.Second)); r.errors > 0 {
+				return fmt.Errorf("%s: %d failed calls while warming up\n%s", s.name, r.errors, s.logTail())
+			}
+			if _, err := s.loadHTTP(ctx, sb.wrk, len(users), true, c.conc, time.Second); err != nil {
+				return fmt.Errorf("warming up: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
 			return err
-		}
-		if r := s.load(ctx, users, true, c.conc, min(c.duration, 2*time.Second)); r.errors > 0 {
-			return fmt.Errorf("%s: %d failed calls while warming up\n%s", s.name, r.errors, s.logTail())
-		}
-		if _, err := s.loadHTTP(ctx, sb.wrk, len(users), true, c.conc, time.Second); err != nil {
-			return fmt.Errorf("warming up: %w", err)
 		}
 	}
 	measure := func(s *rlsServer, http, halfDenied bool) (sample, error) {
@@ -472,7 +475,45 @@ func snapshot(ctx context.Context, st *store.Store, s *rlsServer) (u usage, err 
 
 // measureLoad drives s with one of the envoy mode's loads (over HTTP from
 // wrk, or over gRPC) for d and returns its sample; a failed call fails it.
-func measureLoad(ctx context.Context, st *store.Store, s *rlsServer, wrk *wrkRunner, users []string, http, halfDenied bool, conc int, d time.Duration) (sample, error) {
+// A half-denied load runs in one window of the denied keys (inDeniedWindow).
+func measureLoad(ctx context.Context, st *store.Store, s *rlsServer, wrk *wrkRunner, users []string, http, halfDenied bool, conc int, d time.Duration) (x sample, err error) {
+	if !halfDenied {
+		return measureOnce(ctx, st, s, wrk, users, http, false, conc, d)
+	}
+	err = s.inDeniedWindow(ctx, users, func() error {
+		x, err = measureOnce(ctx, st, s, wrk, users, http, true, conc, d)
+		return err
+	})
+	return x, err
+}
+
+// deniedWindow is the unit of the denied keys' limit in
+// bench/envoy-config.yaml: their windows start on the hour, Unix time.
+const deniedWindow = time.Hour
+
+// inDeniedWindow runs a load with denied keys: it first takes the request
+// each denied key allows (exhaust), and runs it again, once, when a
+// window of theirs ended while it ran, since every denied key then allows
+// one request more.
+func (s *rlsServer) inDeniedWindow(ctx context.Context, users []string, load func() error) error {
+	for try := 0; ; try++ {
+		start := time.Now()
+		if err := s.exhaust(ctx, users); err != nil {
+			return err
+		}
+		err := load()
+		if try > 0 || !windowTurned(start, time.Now(), deniedWindow) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// windowTurned reports whether a window of length w that starts at a
+// multiple of w in Unix time ended between a and b.
+func windowTurned(a, b time.Time, w time.Duration) bool { return !a.Truncate(w).Equal(b.Truncate(w)) }
+
+// measureOnce is measureLoad's one load.
+func measureOnce(ctx context.Context, st *store.Store, s *rlsServer, wrk *wrkRunner, users []string, http, halfDenied bool, conc int, d time.Duration) (sample, error) {
 	u0, err := snapshot(ctx, st, s)
 	if err != nil {
 		return sample{}, err

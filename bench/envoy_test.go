@@ -147,6 +147,28 @@ func TestWantStatuses(t *testing.T) {
 	}
 }
 
+// TestWindowTurned checks when a half-denied load runs again: when an hour
+// of Unix time ended while it ran, which gives the denied keys one request
+// more each.
+func TestWindowTurned(t *testing.T) {
+	hour := time.Date(2026, 11, 28, 23, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		a, b time.Time
+		want bool
+	}{
+		{hour.Add(-9 * time.Second), hour.Add(-time.Nanosecond), false},
+		{hour.Add(-5 * time.Second), hour.Add(3 * time.Second), true},
+		{hour, hour.Add(59 * time.Minute), false},
+		{hour.Add(-time.Nanosecond), hour, true},
+		// The same instants seen from another zone: windows are Unix time's.
+		{hour.Add(-5 * time.Second).In(time.FixedZone("", 5*3600+1800)), hour.Add(3 * time.Second), true},
+	} {
+		if got := windowTurned(c.a, c.b, deniedWindow); got != c.want {
+			t.Errorf("windowTurned(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
+
 // TestEnvoyBinaryFromSource builds a source tree laid out as envoy
 // ratelimit's (./src/service_cmd) and names its commit; a file is taken as
 // the binary.
