@@ -323,7 +323,7 @@ local function ruled_now_us() return ruled_clock end
 // whose reply the postlude checks.
 const preludeOpen = "local function ruled_script()\n"
 
-// holdExpiry follows preludeClock in the scripts of a capability with
+// holdExpiry follows the prelude in the scripts of a capability with
 // Options.HoldKeys: the plugin's redis is a local that
 // shadows the global one and makes EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT
 // do nothing. Production scripts never carry it.
@@ -382,17 +382,18 @@ func NativeSource(plugin, script, body string) string {
 }
 
 // sourceParts returns what goes before and after a plugin's source in the
-// script ruled runs for it: with preludeClock when clock is set (and
-// holdExpiry when hold is), preludeTime otherwise, and the reply cap when
-// capped is. Uncapped sources run as the script's own body, with no
-// function around them: Redis runs this for every decision.
+// script ruled runs for it: preludeClock when clock is set, preludeTime
+// otherwise, holdExpiry when hold is, and the reply cap when capped is.
+// Uncapped sources run as the script's own body, with no function around
+// them: Redis runs this for every decision.
 func sourceParts(plugin, script string, clock, hold, capped bool) (head, end string) {
-	head = sourceTag + plugin + "/" + script + "\n" + preludeTime
+	prelude := preludeTime
 	if clock {
-		head = sourceTag + plugin + "/" + script + "\n" + preludeClock
-		if hold {
-			head += holdExpiry
-		}
+		prelude = preludeClock
+	}
+	head = sourceTag + plugin + "/" + script + "\n" + prelude
+	if hold {
+		head += holdExpiry
 	}
 	if capped {
 		return head + preludeOpen, postlude
