@@ -5,7 +5,7 @@ RULES     ?= examples/rules
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: run test deps build lint fmt bench bench-drivers plugins plugin-as bench-go fuzz
+.PHONY: run test deps build install lint fmt bench bench-drivers plugins plugin-as bench-go fuzz
 
 # MODULES are the repository's Go modules: ruled itself and the SDK that
 # plugins depend on (docs/plugins.md, "The SDK as a Go module"). `./...`
@@ -42,6 +42,10 @@ fuzz:
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ruled ./cmd/ruled
+
+## install: install ruled, stamped with its version, into GOBIN (default: the bin directory of go env GOPATH), to have it on PATH
+install:
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/ruled
 
 ## plugins: build every built-in as a Wasm module into bin/plugins/ (docs/abi.md)
 plugins:
