@@ -5,7 +5,7 @@ RULES     ?= examples/rules
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: run test deps build install lint fmt bench bench-drivers plugins plugin-as bench-go fuzz
+.PHONY: run test deps build install lint fmt bench bench-drivers plugins plugin-as bundle bench-go fuzz
 
 # MODULES are the repository's Go modules: ruled itself and the SDK that
 # plugins depend on (docs/plugins.md, "The SDK as a Go module"). `./...`
@@ -22,7 +22,7 @@ run: build
 	@./scripts/deps.sh run
 	./bin/ruled serve --rules $(RULES) --listen $(LISTEN)
 
-## test: install redis-server, nginx, caddy, chromium, node and wrk if missing, then vet, format check, the race-enabled tests of every module and the example rules' tests; every step runs, and the failed ones are listed at the end
+## test: install redis-server, nginx, caddy, chromium, node, wrk and a Rust toolchain for wasm32 if missing, then vet, format check, the race-enabled tests of every module and the example rules' tests; every step runs, and the failed ones are listed at the end
 test:
 	@./scripts/deps.sh test
 	@./scripts/keepgoing.sh \
@@ -54,6 +54,10 @@ plugins:
 		echo "GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/plugins/$$n.wasm ./$$d"; \
 		GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/plugins/$$n.wasm ./$$d || exit 1; \
 	done
+
+## bundle: rewrite internal/scaffold/bundle.txtar, the SDK and conformance kit that ruled plugin new writes into a project, after changing sdk/, plugintest/ or what they use
+bundle:
+	$(GO) test ./internal/scaffold -run '^TestBundleIsCurrent$$' -count=1 -update
 
 ## plugin-as: build the AssemblyScript example plugin into examples/plugins/assemblyscript/build/ (node and npm)
 plugin-as:

@@ -7,7 +7,10 @@
 #                           chromium (the headless test of the status page,
 #                           host/ui), and node and npm (they build the
 #                           AssemblyScript plugin of examples/plugins/assemblyscript),
-#                           and wrk (bench's tests drive HTTP loads with it)
+#                           wrk (bench's tests drive HTTP loads with it), and
+#                           cargo, libstd-rust-dev-wasm32 and lld unless a
+#                           Rust toolchain with the wasm32-unknown-unknown
+#                           target is on PATH (ruled plugin new --lang rust)
 #   scripts/deps.sh bench   redis-server and wrk (the load harness)
 set -euo pipefail
 mode=${1:-test}
@@ -21,6 +24,17 @@ if [ "$mode" = test ]; then
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
   command -v node >/dev/null 2>&1 || need+=(nodejs)
   command -v npm >/dev/null 2>&1 || need+=(npm)
+  # A Rust toolchain that builds wasm32-unknown-unknown modules: the first
+  # rustc on PATH (rustup's, say) if it has the target, else Debian's.
+  wasm_rust=no
+  for rustc in "$(command -v rustc 2>/dev/null || true)" /usr/bin/rustc; do
+    if [ -n "$rustc" ] && [ -x "$rustc" ] && [ -x "$(dirname "$rustc")/cargo" ] &&
+      [ -d "$("$rustc" --print sysroot 2>/dev/null)/lib/rustlib/wasm32-unknown-unknown" ]; then
+      wasm_rust=yes
+      break
+    fi
+  done
+  [ "$wasm_rust" = yes ] || need+=(cargo libstd-rust-dev-wasm32 lld)
 fi
 if [ "$mode" = bench ] || [ "$mode" = test ]; then
   command -v wrk >/dev/null 2>&1 || need+=(wrk)

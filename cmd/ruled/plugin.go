@@ -16,8 +16,17 @@ import (
 )
 
 const pluginUsage = `Usage:
+  ruled plugin new NAME [--lang go|assemblyscript|rust] [--kind wasm|process] [--dir DIR] [--module PATH] [--sdk VERSION]
+                                          write a plugin project, with its tests, into DIR (default ./NAME)
+  ruled plugin sdk [DIR]                  rewrite DIR's .ruled/ (the SDK and the conformance kit) with this ruled's
   ruled plugin build DIR [-o FILE.wasm]   build the Go plugin package in DIR as a Wasm module
   ruled plugin inspect FILE.wasm          print a module's name, version, scripts, Redis commands and sha256
+
+new writes a complete project: the algorithm, its Lua script, a reference model, tests that run the
+conformance kit against a real redis-server, a rule file and a README. The project builds against
+the SDK and the kit this ruled carries, written into DIR/.ruled/ and named in go.mod's replace
+lines, so the plugin's SDK is the daemon's; --sdk VERSION requires the published modules instead.
+It then runs go mod tidy (the Go toolchain must be on PATH; the tests use Go in every language).
 
 build runs GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath in DIR (a main package
 that calls guest.Register from an init function; docs/abi.md) and needs the Go toolchain on PATH.
@@ -25,13 +34,17 @@ Without -o it writes NAME.wasm in the current directory, NAME being DIR's name (
 when DIR is called wasm).
 `
 
-// pluginCmd runs `ruled plugin build` and `ruled plugin inspect`.
+// pluginCmd runs `ruled plugin new|sdk|build|inspect`.
 func pluginCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, pluginUsage)
 		return 2
 	}
 	switch args[0] {
+	case "new":
+		return pluginNew(ctx, args[1:], stdout, stderr)
+	case "sdk":
+		return pluginSDK(ctx, args[1:], stdout, stderr)
 	case "build":
 		return pluginBuild(ctx, args[1:], stdout, stderr)
 	case "inspect":

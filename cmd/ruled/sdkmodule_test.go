@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,42 +12,41 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ruled-dev/ruled/internal/scaffold"
 )
 
 // These tests build plugins the way a third party does: as a module of its
-// own, outside ruled's repository, that requires the SDK module(s) and
-// nothing else (docs/plugins.md, "The SDK as a Go module"). The plugin is
-// testdata/outoftree, the example the docs show; its quota_test.go (the
-// conformance kit, which needs ruled's module) stays out of the modules
-// built here.
+// own, outside ruled's repository, written by `ruled plugin new` with the
+// SDK and the conformance kit in its .ruled/ (docs/plugins.md, "The SDK as
+// a Go module"). The project's tests import the kit, so its module graph
+// holds ruled's module and go-redis; the plugin's own packages, which are
+// what the .wasm or the executable is built from, must hold the SDK alone.
 
 // sdkVersion is the version of the SDK modules (tags sdk/v0.1.0 and
 // sdk/process/v0.1.0), which ruled's go.mod requires with a replace
-// directive, and the docs' go get lines name.
-const sdkVersion = "v0.1.0"
+// directive, and a project written by ruled plugin new too.
+const sdkVersion = scaffold.SDKVersion
 
 // daemonModules are ruled's own dependencies, which no plugin needs.
 var daemonModules = []string{
 	"github.com/redis/go-redis/",
 	"github.com/tetratelabs/wazero",
 	"github.com/prometheus/",
-	"github.com/ruled-dev/ruled ", // ruled's own module (go list -m prints a version after it)
+	"github.com/ruled-dev/ruled ", // ruled's own module (go list -deps prints a version after it)
 }
 
 // processModules are what only process plugins need.
 var processModules = []string{"github.com/hashicorp/go-plugin", "google.golang.org/grpc"}
 
-// TestOutOfTreeWasmPluginNeedsOnlyTheSDK writes a Wasm plugin module that
-// requires github.com/ruled-dev/ruled/sdk alone, tidies it, builds it with
-// `ruled plugin build` and checks that its module graph holds none of the
-// daemon's dependencies and neither grpc nor go-plugin.
+// TestOutOfTreeWasmPluginNeedsOnlyTheSDK writes a Wasm plugin project
+// with ruled plugin new, builds it with `ruled plugin build` and checks
+// that the packages the module is built from come from the SDK alone:
+// none of the daemon's dependencies, and neither grpc nor go-plugin.
 func TestOutOfTreeWasmPluginNeedsOnlyTheSDK(t *testing.T) {
-	root := repoRoot(t)
-	dir := outOfTreeModule(t, root, "wasm", map[string]string{
-		"github.com/ruled-dev/ruled/sdk": filepath.Join(root, "sdk"),
-	})
-	mods := tidyAndList(t, dir)
-	checkModules(t, dir, mods, []string{"github.com/ruled-dev/ruled/sdk "}, append(daemonModules, processModules...))
+	dir := newProject(t, "quota", "wasm")
+	mods := depModules(t, dir, "./wasm", "GOOS=wasip1", "GOARCH=wasm")
+	checkModules(t, mods, []string{"github.com/ruled-dev/ruled/sdk "}, append(daemonModules, processModules...))
 
 	out := filepath.Join(t.TempDir(), "quota.wasm")
 	var stdout, stderr bytes.Buffer
@@ -68,17 +66,14 @@ func TestOutOfTreeWasmPluginNeedsOnlyTheSDK(t *testing.T) {
 }
 
 // TestOutOfTreeProcessPluginLeavesOutTheDaemon does the same for a process
-// plugin: its module graph has go-plugin and grpc (sdk/process needs them)
-// but none of the daemon's other dependencies.
+// plugin: its executable's packages come from the SDK modules, go-plugin
+// and grpc (sdk/process needs them), and none of the daemon's other
+// dependencies.
 func TestOutOfTreeProcessPluginLeavesOutTheDaemon(t *testing.T) {
-	root := repoRoot(t)
-	dir := outOfTreeModule(t, root, "process", map[string]string{
-		"github.com/ruled-dev/ruled/sdk":         filepath.Join(root, "sdk"),
-		"github.com/ruled-dev/ruled/sdk/process": filepath.Join(root, "sdk", "process"),
-	})
-	mods := tidyAndList(t, dir)
+	dir := newProject(t, "quota", "process")
+	mods := depModules(t, dir, "./process")
 	want := append([]string{"github.com/ruled-dev/ruled/sdk ", "github.com/ruled-dev/ruled/sdk/process "}, processModules...)
-	checkModules(t, dir, mods, want, daemonModules)
+	checkModules(t, mods, want, daemonModules)
 	exe := filepath.Join(t.TempDir(), "quota")
 	if out, err := goCmd(dir, nil, "build", "-o", exe, "./process"); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -197,69 +192,33 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// outOfTreeModule writes example.com/quota into a temporary directory: the
-// plugin package and the main package of kind (wasm or process) from
-// testdata/outoftree, and a go.mod requiring the modules of replace at
-// sdkVersion, replaced by the local directories. It seeds go.sum with the
-// last module's go.sum, whose requirements it shares, so that tidying checks
-// every download against checksums the repository holds. It sets the
-// environment of every go command the test runs, ruled plugin build's
-// included: no workspace and no toolchain switch. The module proxy stays
-// the one configured: a module cache that only ever built ruled lacks the
-// go.mod files of the SDK's own test dependencies, which tidying reads.
-func outOfTreeModule(t *testing.T, root, kind string, replace map[string]string) string {
+// newProject runs `ruled plugin new name --kind kind` (Go) in a temporary
+// directory and returns the project's directory. It sets the environment
+// of every go command the test runs, ruled plugin build's included: no
+// workspace and no toolchain switch. The module proxy stays the one
+// configured: go mod tidy may download what the module cache lacks, and a
+// failure then names the proxy.
+func newProject(t *testing.T, name, kind string) string {
+	t.Helper()
 	t.Setenv("GOWORK", "off")
-	t.Setenv("GOFLAGS", "-mod=mod")
 	t.Setenv("GOTOOLCHAIN", "local")
-	dir := t.TempDir()
-	src := filepath.Join(root, "cmd", "ruled", "testdata", "outoftree")
-	for _, f := range []string{"quota.go", filepath.Join(kind, "main.go")} {
-		b, err := os.ReadFile(filepath.Join(src, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	paths := slices.Sorted(maps.Keys(replace))
-	var mod strings.Builder
-	mod.WriteString("module example.com/quota\n\ngo 1.26.0\n\n")
-	for _, p := range paths {
-		mod.WriteString("require " + p + " " + sdkVersion + "\n")
-	}
-	for _, p := range paths {
-		mod.WriteString("\nreplace " + p + " => " + filepath.ToSlash(replace[p]) + "\n")
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sum, err := os.ReadFile(filepath.Join(replace[paths[len(paths)-1]], "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
-		t.Fatal(err)
+	dir := filepath.Join(t.TempDir(), name)
+	var stdout, stderr bytes.Buffer
+	if code := pluginCmd(context.Background(), []string{"new", name, "--kind", kind, "--dir", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("ruled plugin new: exit %d%s\n%s%s", code, proxyHint(stderr.Bytes()), stdout.String(), stderr.String())
 	}
 	return dir
 }
 
-// tidyAndList runs go mod tidy in dir and returns `go list -m all`, one
-// module a line. Both may download what the module cache lacks; when they
-// cannot, the failure names the proxy they tried.
-func tidyAndList(t *testing.T, dir string) string {
+// depModules returns the modules of the packages pkg is built from (go
+// list -deps with env), one "path version" a line.
+func depModules(t *testing.T, dir, pkg string, env ...string) string {
 	t.Helper()
-	if out, err := goCmd(dir, nil, "mod", "tidy"); err != nil {
-		t.Fatalf("go mod tidy: %v%s\n%s", err, proxyHint(out), out)
-	}
-	list, err := goCmd(dir, nil, "list", "-m", "all")
+	out, err := goCmd(dir, env, "list", "-deps", "-f", "{{with .Module}}{{.Path}} {{.Version}}{{end}}", pkg)
 	if err != nil {
-		t.Fatalf("go list -m all: %v%s\n%s", err, proxyHint(list), list)
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 	}
-	return string(list)
+	return string(out)
 }
 
 // proxyHint explains a go command's failure to download a module: the
@@ -277,33 +236,26 @@ func proxyHint(out []byte) string {
 		strings.TrimSpace(string(proxy)))
 }
 
-// checkModules checks that `go list -m all` (mods) and go.mod name every
-// prefix of want and none of refuse.
-func checkModules(t *testing.T, dir, mods string, want, refuse []string) {
+// checkModules checks that mods names every prefix of want and none of
+// refuse.
+func checkModules(t *testing.T, mods string, want, refuse []string) {
 	t.Helper()
-	goMod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// has reports whether a line of text, past a leading "require", starts
-	// with prefix.
-	has := func(text, prefix string) bool {
-		for l := range strings.Lines(text) {
-			l = strings.TrimPrefix(strings.TrimSpace(l), "require ")
-			if strings.HasPrefix(l+" ", prefix) {
+	has := func(prefix string) bool {
+		for l := range strings.Lines(mods) {
+			if strings.HasPrefix(strings.TrimSpace(l)+" ", prefix) {
 				return true
 			}
 		}
 		return false
 	}
 	for _, p := range want {
-		if !has(mods, p) {
-			t.Errorf("go list -m all lacks %s:\n%s", p, mods)
+		if !has(p) {
+			t.Errorf("the plugin's packages lack %s:\n%s", p, mods)
 		}
 	}
 	for _, p := range refuse {
-		if has(mods, p) || has(string(goMod), p) {
-			t.Errorf("the plugin's module graph has %s:\ngo.mod:\n%s\ngo list -m all:\n%s", p, goMod, mods)
+		if has(p) {
+			t.Errorf("the plugin's packages come from %s too:\n%s", p, mods)
 		}
 	}
 }
