@@ -155,13 +155,13 @@ func TestMakeTestReportsEveryFailure(t *testing.T) {
 }
 
 // ruled's module and sdk/process require the SDK modules at sdkVersion, and
-// the docs' go get lines name it: a new tag moves all of them at once.
+// the docs' require lines name it: a new tag moves all of them at once.
 func TestTheSDKVersionIsOneEverywhere(t *testing.T) {
 	root := repoRoot(t)
 	for file, mods := range map[string][]string{
 		"go.mod":             {"github.com/ruled-dev/ruled/sdk", "github.com/ruled-dev/ruled/sdk/process"},
 		"sdk/process/go.mod": {"github.com/ruled-dev/ruled/sdk"},
-		"docs/plugins.md":    {"go get github.com/ruled-dev/ruled/sdk@", "go get github.com/ruled-dev/ruled/sdk/process@"},
+		"docs/plugins.md":    {"github.com/ruled-dev/ruled/sdk"},
 	} {
 		b, err := os.ReadFile(filepath.Join(root, file))
 		if err != nil {
@@ -266,4 +266,35 @@ func goCmd(dir string, env []string, args ...string) ([]byte, error) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	return cmd.CombinedOutput()
+}
+
+// TestPluginSDKRewritesTheBundle runs `ruled plugin sdk` on a project
+// whose bundle another ruled wrote: the bundle becomes this ruled's, a
+// file it does not have is gone, and the project still builds.
+func TestPluginSDKRewritesTheBundle(t *testing.T) {
+	dir := newProject(t, "quota", "wasm")
+	bundle := filepath.Join(dir, scaffold.BundleDir)
+	if err := os.WriteFile(filepath.Join(bundle, "VERSION"), []byte("ruled v0.0.1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(bundle, "sdk", "stale.go")
+	if err := os.WriteFile(stale, []byte("package sdk\n\nfunc Stale() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := pluginCmd(context.Background(), []string{"sdk", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("ruled plugin sdk: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if v, _ := os.ReadFile(filepath.Join(bundle, "VERSION")); string(v) != "ruled "+version+"\n" {
+		t.Errorf("VERSION %q after ruled plugin sdk, want this ruled's (%s)", v, version)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("a file the bundle does not have survived ruled plugin sdk")
+	}
+	if out, err := goCmd(dir, []string{"GOOS=wasip1", "GOARCH=wasm"}, "build", "-o", os.DevNull, "./wasm"); err != nil {
+		t.Fatalf("the project does not build after ruled plugin sdk: %v\n%s", err, out)
+	}
+	if code := pluginCmd(context.Background(), []string{"sdk", t.TempDir()}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "not a plugin project") {
+		t.Errorf("ruled plugin sdk in a directory without go.mod: exit %d, %s", code, stderr.String())
+	}
 }
