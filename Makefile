@@ -76,10 +76,10 @@ bench:
 	@./scripts/deps.sh bench
 	$(GO) run ./bench -duration 5s -concurrency 64
 
-## bench-drivers: ruled serve per plugin driver (native, Wasm, process) over HTTP, against issue 18's targets
+## bench-drivers: ruled serve per plugin driver (native, Wasm, process) over HTTP, from the harness and black-box from wrk, against issues 18 and 41 targets
 bench-drivers:
 	@./scripts/deps.sh run
-	$(GO) run ./bench -drivers -duration 5s -concurrency 64 -rounds 3
+	$(GO) run ./bench -drivers -duration 5s -concurrency 64 -rounds 3 -black-box 8s
 
 ## bench-go: Go benchmarks of every layer against a real redis-server
 bench-go:

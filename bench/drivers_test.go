@@ -43,6 +43,14 @@ func TestSummarizeDriver(t *testing.T) {
 		t.Errorf("RSS %v, peak %v MB; want the last round's 110 and the most, 110", w.RSSMB, w.PeakMB)
 	}
 
+	// CPU per request 50/40 and 60/40: median 1.375.
+	if math.Abs(w.CPUVsBase-1.375) > 1e-9 {
+		t.Errorf("CPUVsBase = %v, want 1.375", w.CPUVsBase)
+	}
+	if w.Box.Rounds != 0 || !math.IsNaN(w.Box.RateVsBase) {
+		t.Errorf("no black-box pass ran, yet %+v", w.Box)
+	}
+
 	if n := summarizeDriver(drNative, "", base, nil); !math.IsNaN(n.RateVsBase) || !math.IsNaN(n.P99VsBase) || n.Rate != 1000 {
 		t.Errorf("no base: %+v", n)
 	}
@@ -52,23 +60,35 @@ func TestSummarizeDriver(t *testing.T) {
 }
 
 func TestDriverTargets(t *testing.T) {
+	nan := math.NaN()
 	rows := []driverRow{
 		{Name: drNative, Rounds: 3},
-		{Name: drWasm, Base: drNative, Rounds: 3, RateVsBase: 0.85, P99VsBase: 2.5, RSSMB: 90, PeakMB: 120},
-		{Name: drProcess, Base: drNative, Rounds: 3, RateVsBase: 0.3, P99VsBase: 1, RSSMB: math.NaN(), PeakMB: math.NaN(), LowP50: 400 * time.Microsecond},
-		{Name: drGCRA, Base: drTokenbucket, Rounds: 0, RateVsBase: 1},
+		{Name: drWasm, Base: drNative, Rounds: 3, RateVsBase: 0.92, P99VsBase: 1.6, CPUVsBase: 1.1, RSSMB: 55, PeakMB: 70,
+			Box: boxRow{Rounds: 3, RateVsBase: 0.85, P99VsBase: 1.2, CPUVsBase: 1.3, RSSMB: 58}},
+		{Name: drProcess, Base: drNative, Rounds: 3, RateVsBase: 0.3, P99VsBase: 1, CPUVsBase: nan, RSSMB: nan, PeakMB: nan, LowP50: 400 * time.Microsecond},
+		{Name: drGCRA, Base: drTokenbucket, Rounds: 3, RateVsBase: 0.85, P99VsBase: 2.5, CPUVsBase: nan, RSSMB: 90, PeakMB: 120},
+		{Name: drTokenbucket, Rounds: 0, RateVsBase: 1},
 	}
 	got := map[string]bool{}
 	for _, tg := range driverTargets(rows) {
 		got[tg.What] = tg.Holds
 	}
 	want := map[string]bool{
-		"wasm-builtin throughput ≥ 0.8 × native":                  true,
-		"wasm-builtin p99 ≤ 2 × native":                           false,
-		"wasm-builtin daemon RSS ≤ 100 MB (VmRSS after the load)": true,
-		"wasm-builtin daemon RSS ≤ 100 MB (peak)":                 false,
-		"process throughput ≥ 0.4 × native":                       false,
-		"process p50 < 0.5 ms at concurrency 1":                   true,
+		"wasm-builtin throughput ≥ 0.9 × native":                            true,
+		"wasm-builtin p99 ≤ 1.5 × native":                                   false,
+		"wasm-builtin CPU per request ≤ 1.15 × native":                      true,
+		"wasm-builtin daemon RSS ≤ 60 MB (VmRSS after the load)":            true,
+		"wasm-builtin daemon RSS ≤ 60 MB (peak)":                            false,
+		"wasm-builtin black box: throughput ≥ 0.9 × native":                 false,
+		"wasm-builtin black box: p99 ≤ 1.5 × native":                        true,
+		"wasm-builtin black box: CPU per request ≤ 1.15 × native":           false,
+		"wasm-builtin daemon RSS ≤ 60 MB (black box, VmRSS after the load)": true,
+		"wasm-gcra throughput ≥ 0.8 × native-tokenbucket":                   true,
+		"wasm-gcra p99 ≤ 2 × native-tokenbucket":                            false,
+		"wasm-gcra daemon RSS ≤ 100 MB (VmRSS after the load)":              true,
+		"wasm-gcra daemon RSS ≤ 100 MB (peak)":                              false,
+		"process throughput ≥ 0.4 × native":                                 false,
+		"process p50 < 0.5 ms at concurrency 1":                             true,
 	}
 	if len(got) != len(want) {
 		t.Errorf("targets %v, want %v (none for a scenario that did not run)", got, want)
@@ -98,5 +118,23 @@ func TestDriverScenarioRules(t *testing.T) {
 		if (sc.base == "") != strings.HasPrefix(sc.name, "native") {
 			t.Errorf("%s: base %q; only the native scenarios have none", sc.name, sc.base)
 		}
+	}
+}
+
+func TestSummarizeBox(t *testing.T) {
+	box := func(n int64, p99 time.Duration, ruledUs int64) *driverRound {
+		r := res(n)
+		r.latencies = []time.Duration{p99}
+		return &driverRound{box: r, boxCPU: time.Duration(n*ruledUs) * time.Microsecond, boxRSSKB: 50 << 10}
+	}
+	base := []*driverRound{box(1000, 4*time.Millisecond, 40), box(2000, 2*time.Millisecond, 40), nil}
+	rs := []*driverRound{box(900, 6*time.Millisecond, 50), box(1000, 4*time.Millisecond, 44), box(1000, 4*time.Millisecond, 44)}
+	b := summarizeBox(rs, base)
+	if b.Rounds != 3 || b.Rate != 1000 || b.RateMin != 900 || b.RuledUs != 44 || b.RSSMB != 50 {
+		t.Errorf("box %+v, want 3 rounds, 1000/s (900–1000), 44 µs, 50 MB", b)
+	}
+	// Ratios only where both ran: rate 0.9 and 0.5, p99 1.5 and 2, CPU 1.25 and 1.1.
+	if math.Abs(b.RateVsBase-0.7) > 1e-9 || math.Abs(b.P99VsBase-1.75) > 1e-9 || math.Abs(b.CPUVsBase-1.175) > 1e-9 {
+		t.Errorf("ratios rate %v p99 %v CPU %v, want 0.7, 1.75, 1.175", b.RateVsBase, b.P99VsBase, b.CPUVsBase)
 	}
 }

@@ -145,6 +145,7 @@ type config struct {
 	drivers     bool          // the drivers mode instead of the in-process scenarios
 	lowDuration time.Duration // the drivers mode's low-load pass
 	json        bool          // the drivers mode's report as JSON
+	blackBox    blackBoxLoad  // the drivers mode's black-box pass; off when its duration is 0
 
 	ab    string // the A/B mode's LABEL=BINARY list
 	abRLS bool   // the A/B mode over envoy ratelimit's gRPC face
@@ -173,6 +174,8 @@ func main() {
 	flag.BoolVar(&c.drivers, "drivers", false, "measure the plugin drivers, each in a ruled serve daemon over HTTP (see the package comment)")
 	flag.DurationVar(&c.lowDuration, "low-duration", 2*time.Second, "with -drivers: how long each round's low-load pass (one connection) runs per scenario")
 	flag.BoolVar(&c.json, "json", false, "with -drivers: write the report as JSON")
+	flag.DurationVar(&c.blackBox.duration, "black-box", 0, "with -drivers: also drive native and wasm-builtin with wrk -t1 for this long in every round (8s for issue 41's black-box run; 0: no such pass)")
+	flag.IntVar(&c.blackBox.subjects, "black-box-subjects", 1000, "with -black-box: the client IPs wrk's requests cycle through")
 	flag.BoolVar(&c.abRLS, "ab-rls", false, "with -ab: run each build as envoy ratelimit and load it over gRPC (ShouldRateLimit) instead of POST /v1/check")
 	flag.StringVar(&c.ab, "ab", "", "compare builds of ruled instead: LABEL=BINARY,LABEL=BINARY,... all loaded at once, ruled's CPU per check (see the package comment)")
 	flag.StringVar(&c.envoy, "envoy", "", "compare ruled envoy-ratelimit with envoy ratelimit built from this source tree (or this binary built from it; see the package comment)")

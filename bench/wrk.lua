@@ -3,10 +3,18 @@
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 
+-- The script's argument, when given, is how many client IPs the requests
+-- cycle through (wrk -s wrk.lua URL -- 1000); without one, 10,240.
+local subjects = 40 * 256
+init = function(args)
+  if args[1] then subjects = tonumber(args[1]) end
+end
+
 local n = 0
 request = function()
   n = n + 1
-  local ip = "10.0." .. (math.floor(n / 256) % 40) .. "." .. (n % 256)
+  local k = n % subjects
+  local ip = "10." .. math.floor(k / 65536) .. "." .. (math.floor(k / 256) % 256) .. "." .. (k % 256)
   return wrk.format(nil, nil, nil, '{"request":{"ip":"' .. ip .. '","method":"GET","path":"/"}}')
 end
 

@@ -1,6 +1,11 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 )
@@ -32,5 +37,56 @@ func TestParseStatus(t *testing.T) {
 	}
 	if _, _, _, err := parseStatus("STATUS 1 x 0"); err == nil {
 		t.Error("bad number: no error")
+	}
+}
+
+// TestWrkScriptCyclesThroughTheSubjects drives a loopback server with
+// bench/wrk.lua: with an argument the requests cycle through that many
+// client IPs (the black-box pass's 1000), without one through more.
+func TestWrkScriptCyclesThroughTheSubjects(t *testing.T) {
+	w, err := findWrk(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.threads = 1
+	var mu sync.Mutex
+	ips := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Request struct {
+				IP string `json:"ip"`
+			} `json:"request"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Request.IP == "" {
+			http.Error(rw, "no ip", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		ips[body.Request.IP] = true
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		want func(n int) bool
+		say  string
+	}{
+		{[]string{"7"}, func(n int) bool { return n == 7 }, "exactly 7"},
+		{nil, func(n int) bool { return n > 7 }, "more than 7"},
+	} {
+		clear(ips)
+		r, _, err := w.runScript(context.Background(), w.script, srv.URL, time.Second, 2, tc.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.errors != 0 || r.decisions < 20 {
+			t.Fatalf("args %v: %d requests, %d errors", tc.args, r.decisions, r.errors)
+		}
+		mu.Lock()
+		n := len(ips)
+		mu.Unlock()
+		if !tc.want(n) {
+			t.Errorf("args %v: %d distinct client IPs in %d requests, want %s", tc.args, n, r.decisions, tc.say)
+		}
 	}
 }
