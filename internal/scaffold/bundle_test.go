@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -88,7 +89,7 @@ func makeBundle(t *testing.T) []byte {
 	mod.WriteString("module github.com/ruled-dev/ruled\n\ngo 1.26.0\n\nrequire (\n")
 	requires["github.com/ruled-dev/ruled/sdk"] = SDKVersion
 	requires["github.com/ruled-dev/ruled/sdk/process"] = SDKVersion
-	for _, p := range slices.Sorted(mapKeys(requires)) {
+	for _, p := range slices.Sorted(maps.Keys(requires)) {
 		fmt.Fprintf(&mod, "\t%s %s\n", p, requires[p])
 	}
 	mod.WriteString(")\n")
@@ -97,23 +98,13 @@ func makeBundle(t *testing.T) []byte {
 	marker := regexp.MustCompile(`(?m)^-- .* --$`)
 	a := &txtar.Archive{Comment: []byte("The SDK and the conformance kit that `ruled plugin new` writes into a project's .ruled/.\n" +
 		"Generated from the repository by `make bundle`; TestBundleIsCurrent fails when it is stale.\n")}
-	for _, name := range slices.Sorted(mapKeys(files)) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
 		if marker.Match(files[name]) {
 			t.Fatalf("%s has a line that reads as a txtar file marker", name)
 		}
 		a.Files = append(a.Files, txtar.File{Name: name, Data: files[name]})
 	}
 	return txtar.Format(a)
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // addSDK adds the SDK modules' files under sdk/: everything but tests,

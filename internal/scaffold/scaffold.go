@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -165,11 +166,7 @@ func writeFiles(dir string, files []txtar.File) ([]string, error) {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return wrote, err
 		}
-		mode := os.FileMode(0o644)
-		if strings.HasSuffix(f.Name, ".sh") {
-			mode = 0o755
-		}
-		if err := os.WriteFile(p, f.Data, mode); err != nil {
+		if err := os.WriteFile(p, f.Data, 0o644); err != nil {
 			return wrote, err
 		}
 		wrote = append(wrote, f.Name)
@@ -202,13 +199,7 @@ func projectFiles(o Options) ([]txtar.File, error) {
 		}
 	}
 	byName["go.mod"] = goMod(o)
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range byName {
-			if !yield(n) {
-				return
-			}
-		}
-	})
+	names := slices.Sorted(maps.Keys(byName))
 	files := make([]txtar.File, 0, len(names))
 	for _, n := range names {
 		files = append(files, txtar.File{Name: n, Data: byName[n]})
