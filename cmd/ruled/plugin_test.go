@@ -79,6 +79,12 @@ func TestPluginCommandErrors(t *testing.T) {
 		{[]string{"plugin", "inspect", filepath.Join(dir, "missing.wasm")}, 1, "no such file"},
 		{[]string{"plugin", "inspect", notModule}, 1, "x.wasm"},
 		{[]string{"plugin", "inspect", "/dev/zero"}, 1, "/dev/zero: not a regular file (it is a character device)"},
+		{[]string{"plugin", "new"}, 2, "want exactly one plugin name"},
+		{[]string{"plugin", "new", "My_Limit", "--dir", filepath.Join(dir, "p1")}, 1, `plugin name "My_Limit"`},
+		{[]string{"plugin", "new", "q", "--lang", "rust", "--kind", "process", "--dir", filepath.Join(dir, "p2")}, 1, "process plugins are written in Go"},
+		{[]string{"plugin", "new", "q", "--dir", dir}, 1, "is not empty"},
+		{[]string{"plugin", "sdk", dir, "other"}, 2, "want at most one project directory"},
+		{[]string{"plugin", "sdk", filepath.Join(dir, "nowhere")}, 1, "not a plugin project"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)
