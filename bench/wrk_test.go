@@ -49,23 +49,34 @@ func TestWrkScriptCyclesThroughTheSubjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.threads = 1
-	var mu sync.Mutex
-	ips := map[string]bool{}
-	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Request struct {
-				IP string `json:"ip"`
-			} `json:"request"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Request.IP == "" {
-			http.Error(rw, "no ip", http.StatusBadRequest)
-			return
+	// distinct drives a server of its own with args and returns how many
+	// client IPs the requests named, once every handler has returned.
+	distinct := func(args []string) (int, *result) {
+		var mu sync.Mutex
+		ips := map[string]bool{}
+		srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			var body struct {
+				Request struct {
+					IP string `json:"ip"`
+				} `json:"request"`
+			}
+			if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Request.IP == "" {
+				http.Error(rw, "no ip", http.StatusBadRequest)
+				return
+			}
+			mu.Lock()
+			ips[body.Request.IP] = true
+			mu.Unlock()
+		}))
+		r, _, err := w.runScript(context.Background(), w.script, srv.URL, time.Second, 2, args...)
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
 		}
 		mu.Lock()
-		ips[body.Request.IP] = true
-		mu.Unlock()
-	}))
-	defer srv.Close()
+		defer mu.Unlock()
+		return len(ips), r
+	}
 	for _, tc := range []struct {
 		args []string
 		want func(n int) bool
@@ -74,17 +85,10 @@ func TestWrkScriptCyclesThroughTheSubjects(t *testing.T) {
 		{[]string{"7"}, func(n int) bool { return n == 7 }, "exactly 7"},
 		{nil, func(n int) bool { return n > 7 }, "more than 7"},
 	} {
-		clear(ips)
-		r, _, err := w.runScript(context.Background(), w.script, srv.URL, time.Second, 2, tc.args...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		n, r := distinct(tc.args)
 		if r.errors != 0 || r.decisions < 20 {
 			t.Fatalf("args %v: %d requests, %d errors", tc.args, r.decisions, r.errors)
 		}
-		mu.Lock()
-		n := len(ips)
-		mu.Unlock()
 		if !tc.want(n) {
 			t.Errorf("args %v: %d distinct client IPs in %d requests, want %s", tc.args, n, r.decisions, tc.say)
 		}
