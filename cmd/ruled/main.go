@@ -38,6 +38,9 @@ Usage:
   ruled eval --rules PATH --input F [--format F]   trace which rules match a /v1/check body (no Redis)
   ruled test [--redis URL] [--format F] PATH...     run rule tests (*_test.yaml); exit 1 on failure (ruled test -h)
   ruled replay --rules PATH --log FILE [flags]      replay an access log through the rules (ruled replay -h)
+  ruled plugin new NAME [--lang L] [--kind K]      write a plugin project in Go, AssemblyScript or Rust, with its
+                                                   tests and the SDK this ruled carries (ruled plugin -h)
+  ruled plugin sdk [DIR]                           rewrite a plugin project's SDK with this ruled's
   ruled plugin build DIR -o F.wasm                 build a Go plugin package as a Wasm module
   ruled plugin inspect F.wasm                      print a module's name, version, scripts, commands and sha256
   ruled import envoy PATH -o DIR [--force] [--format F]
