@@ -411,7 +411,8 @@ func summarizeDriver(name, baseName string, rs, base []*driverRound) driverRow {
 	if decisions > 0 {
 		w.CallsPerReq = float64(calls) / float64(decisions)
 	}
-	mine, theirs := highsOf(rs), highsOf(base)
+	high := func(r *driverRound) *result { return r.high }
+	mine, theirs := passOf(rs, high), passOf(base, high)
 	w.RateVsBase = median(roundRatios(mine, theirs))
 	w.P99VsBase = median(roundRatiosOf(mine, theirs, func(r *result) float64 { return float64(r.percentile(0.99)) }))
 	w.CPUVsBase = median(cpuRatios(rs, base, func(r *driverRound) (*result, time.Duration) { return r.high, r.daemonCPU }))
@@ -442,15 +443,6 @@ func cpuRatios(rs, base []*driverRound, pass func(*driverRound) (*result, time.D
 func summarizeBox(rs, base []*driverRound) boxRow {
 	nan := math.NaN()
 	b := boxRow{Rate: nan, RateMin: nan, RateMax: nan, RateVsBase: nan, P99VsBase: nan, CPUVsBase: nan, RuledUs: nan, RSSMB: nan}
-	boxes := func(rounds []*driverRound) []*result {
-		out := make([]*result, len(rounds))
-		for i, r := range rounds {
-			if r != nil {
-				out[i] = r.box
-			}
-		}
-		return out
-	}
 	var rates, ruledUs []float64
 	var ran []*result
 	for _, r := range rs {
@@ -473,19 +465,21 @@ func summarizeBox(rs, base []*driverRound) boxRow {
 	m := medianRound(ran)
 	b.P50, b.P99 = m.percentile(0.50), m.percentile(0.99)
 	b.RuledUs = median(ruledUs)
-	mine, theirs := boxes(rs), boxes(base)
+	box := func(r *driverRound) *result { return r.box }
+	mine, theirs := passOf(rs, box), passOf(base, box)
 	b.RateVsBase = median(roundRatios(mine, theirs))
 	b.P99VsBase = median(roundRatiosOf(mine, theirs, func(r *result) float64 { return float64(r.percentile(0.99)) }))
 	b.CPUVsBase = median(cpuRatios(rs, base, func(r *driverRound) (*result, time.Duration) { return r.box, r.boxCPU }))
 	return b
 }
 
-// highsOf is each round's high-load pass, nil where the round did not run.
-func highsOf(rounds []*driverRound) []*result {
+// passOf is one pass of each round, as pick takes it (the high-load or
+// the black-box pass), nil where the round did not run.
+func passOf(rounds []*driverRound, pick func(*driverRound) *result) []*result {
 	out := make([]*result, len(rounds))
 	for i, r := range rounds {
 		if r != nil {
-			out[i] = r.high
+			out[i] = pick(r)
 		}
 	}
 	return out

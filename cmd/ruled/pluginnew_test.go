@@ -128,8 +128,8 @@ func freshModuleCache(t *testing.T) []string {
 	}
 	cache := filepath.Join(t.TempDir(), "gomodcache")
 	// -modcacherw: the cache's files are writable, so that the test can
-	// remove it.
-	return []string{"GOMODCACHE=" + cache, "GOPROXY=" + proxy, "GOFLAGS=-modcacherw"}
+	// remove it; the flags the environment set stay.
+	return []string{"GOMODCACHE=" + cache, "GOPROXY=" + proxy, "GOFLAGS=" + strings.TrimSpace(os.Getenv("GOFLAGS")+" -modcacherw")}
 }
 
 // rustWasmToolchain returns a cargo whose rustc has the

@@ -262,8 +262,14 @@ this directory's parent: it rewrites this directory.
 // WriteBundle replaces the bundle in an existing project directory with
 // this ruled's: what `ruled plugin sdk` does.
 func WriteBundle(dir, ruled string) ([]string, error) {
-	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+	mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
 		return nil, fmt.Errorf("%s has no go.mod: not a plugin project", dir)
+	}
+	// A project on the published SDK (--sdk) would get a bundle its go.mod
+	// never reads.
+	if !strings.Contains(string(mod), "=> ./"+BundleDir+"/sdk\n") {
+		return nil, fmt.Errorf("%s/go.mod does not replace the SDK with ./%s/sdk: its SDK is not the bundle's (a project on published modules changes version in go.mod)", dir, BundleDir)
 	}
 	files, err := bundleFiles(ruled)
 	if err != nil {

@@ -146,4 +146,14 @@ func TestWriteBundleReplacesTheBundle(t *testing.T) {
 	if _, err := WriteBundle(t.TempDir(), "v1.1.0"); err == nil || !strings.Contains(err.Error(), "not a plugin project") {
 		t.Errorf("a directory without go.mod: %v", err)
 	}
+	published := filepath.Join(t.TempDir(), "r")
+	if _, err := New(published, Options{Name: "r", SDKVersion: "v0.3.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteBundle(published, "v1.1.0"); err == nil || !strings.Contains(err.Error(), "does not replace the SDK") {
+		t.Errorf("a project on published modules: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(published, BundleDir)); err == nil {
+		t.Error("a refused project got a bundle")
+	}
 }
