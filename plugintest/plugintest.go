@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,10 +170,13 @@ func RandomSteps(rng *rand.Rand, n int, o StepOptions) []Step {
 
 // Conform runs steps through alg on real Redis and through the model, and
 // fails at the first decision that differs in any field. On a standalone
-// Redis the plugin runs isolated (RegisterIsolated).
+// Redis the plugin runs isolated (RegisterIsolated). When alg offers a
+// template for the config (sdk.Templater), it must expand, for every step,
+// to what Start answers.
 func (e *Env) Conform(t testing.TB, alg sdk.Algorithm, raw map[string]any, newModel func(sdk.Config) sdk.LocalLimiter, steps []Step) {
 	t.Helper()
 	cfg := Configure(t, alg, raw)
+	CheckTemplate(t, alg, cfg, steps)
 	model := newModel(cfg)
 	// On a standalone Redis the plugin runs as its own ACL user, as in
 	// ruled: a command missing from its declaration fails the run.
@@ -194,6 +198,30 @@ func (e *Env) Conform(t testing.TB, alg sdk.Algorithm, raw map[string]any, newMo
 		if got != want {
 			t.Fatalf("step %d (%v) at t=%d:\n got %+v\nwant %+v\nhistory:\n%s",
 				i, s, e.Clock.Now()-StartUS, got, want, history(steps, i))
+		}
+	}
+}
+
+// CheckTemplate fails when alg is an sdk.Templater whose template for cfg
+// is refused by sdk.CheckTemplate or expands, for one of the steps'
+// requests, to anything but what Start answers.
+func CheckTemplate(t testing.TB, alg sdk.Algorithm, cfg sdk.Config, steps []Step) {
+	t.Helper()
+	tp, ok := alg.(sdk.Templater)
+	if !ok {
+		return
+	}
+	tmpl, ok := tp.Template(cfg)
+	if !ok {
+		return
+	}
+	if err := sdk.CheckTemplate(tmpl); err != nil {
+		t.Fatalf("template %+v: %v", tmpl, err)
+	}
+	for i, s := range steps {
+		want, err := tp.Start(context.Background(), cfg, s.Req)
+		if got := sdk.Expand(tmpl, s.Req); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("step %d (%v): the template expands to\n%#v\nStart answers\n%#v (%v)", i, s, got, want, err)
 		}
 	}
 }

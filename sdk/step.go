@@ -88,13 +88,19 @@ func (s Step) ThenDecide(window time.Duration) Step {
 func (s Step) Final() bool { return s.Script == "" }
 
 // Check reports a step the host must refuse: a decision with a call, a
-// state too large.
+// state too large, a request Field among its arguments (only a template
+// holds those: Expand replaces them).
 func (s Step) Check() error {
 	if len(s.State) > MaxStepState {
 		return fmt.Errorf("step state of %d bytes exceeds %d", len(s.State), MaxStepState)
 	}
 	if s.Final() && (s.Decides || len(s.Keys) > 0 || len(s.Args) > 0) {
 		return errors.New("step has keys, arguments or Decides but no script")
+	}
+	for i, a := range s.Args {
+		if f, ok := a.(Field); ok {
+			return fmt.Errorf("step argument %d is the request field %v: only a template's arguments name fields (Expand)", i, f)
+		}
 	}
 	return nil
 }

@@ -168,3 +168,34 @@ func TestConfigErrorsMatchNative(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplatesStartDecisionsWithoutTheGuest checks that a decision under a
+// config the guest answered a template for costs no ruled_step call, and
+// decides as the guest's own steps and the native plugin do.
+func TestTemplatesStartDecisionsWithoutTheGuest(t *testing.T) {
+	env := plugintest.NewEnv(t)
+	native := fixedwindow.New()
+	templated := fresh(t, pluginPkg(fixedwindow.Name), wasm.Options{})
+	stepped := fresh(t, pluginPkg(fixedwindow.Name), wasm.Options{NoTemplates: true})
+	raw := map[string]any{"limit": 7, "window": "500ms", "offset": "1us"}
+	rng := rand.New(rand.NewPCG(7, 7))
+	steps := plugintest.RandomSteps(rng, 200, plugintest.StepOptions{Subjects: 2, MaxAdvance: 90 * time.Millisecond,
+		MinHits: -2, MaxHits: 5, Dedup: 0.4, BestEffort: 0.3})
+	for _, w := range []*wasm.Plugin{templated, stepped} {
+		sameDecisions(t, env, native, w, raw, steps)
+	}
+	n := uint64(len(steps))
+	if s := templated.Stats(); s.GuestSteps != 0 || s.Templated != n {
+		t.Errorf("with templates: %d guest steps, %d templated for %d decisions", s.GuestSteps, s.Templated, n)
+	}
+	if s := stepped.Stats(); s.GuestSteps != n || s.Templated != 0 {
+		t.Errorf("NoTemplates: %d guest steps, %d templated for %d decisions", s.GuestSteps, s.Templated, n)
+	}
+
+	// A calendar window has no template: its steps run in the guest.
+	cal := map[string]any{"limit": 3, "calendar": "hour"}
+	sameDecisions(t, env, native, templated, cal, steps[:20])
+	if s := templated.Stats(); s.GuestSteps < 20 || s.Templated != n {
+		t.Errorf("calendar: %d guest steps, %d templated", s.GuestSteps, s.Templated)
+	}
+}

@@ -202,25 +202,25 @@ func (f firstLine) Unwrap() error { return f.err }
 
 // configure sends a ConfigureRequest and returns the guest's problems with
 // it; the instance remembers configs it accepted.
-func (in *instance) configure(ctx context.Context, id uint64, msg []byte) ([]string, error) {
+func (in *instance) configure(ctx context.Context, id uint64, msg []byte) (abi.ConfigureResponse, error) {
 	in.begin(nil)
 	defer in.end()
 	return in.configureInCall(ctx, id, msg)
 }
 
-func (in *instance) configureInCall(ctx context.Context, id uint64, msg []byte) ([]string, error) {
+func (in *instance) configureInCall(ctx context.Context, id uint64, msg []byte) (abi.ConfigureResponse, error) {
 	out, err := in.call(ctx, in.fnConfigure, abi.ExportConfigure, msg)
 	if err != nil {
-		return nil, err
+		return abi.ConfigureResponse{}, err
 	}
 	var resp abi.ConfigureResponse
 	if err := resp.Decode(out); err != nil {
-		return nil, in.fail(abi.ExportConfigure, err)
+		return abi.ConfigureResponse{}, in.fail(abi.ExportConfigure, err)
 	}
 	if len(resp.Errors) == 0 {
 		in.configured[id] = struct{}{}
 	}
-	return resp.Errors, nil
+	return resp, nil
 }
 
 // ensureConfigured replays config id if this instance has not seen it.
@@ -232,13 +232,13 @@ func (in *instance) ensureConfigured(ctx context.Context, id uint64) error {
 	if !live {
 		return fmt.Errorf("wasm plugin %s: config %d is no longer in use", in.p.name(), id)
 	}
-	problems, err := in.configureInCall(ctx, id, msg)
+	resp, err := in.configureInCall(ctx, id, msg)
 	if err != nil {
 		return err
 	}
-	if len(problems) > 0 {
+	if len(resp.Errors) > 0 {
 		return fmt.Errorf("wasm plugin %s: a fresh instance refused a config accepted before: %s",
-			in.p.name(), strings.Join(problems, "; "))
+			in.p.name(), strings.Join(resp.Errors, "; "))
 	}
 	return nil
 }

@@ -165,9 +165,10 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 
 // TestDroppedConfigsAreForgotten checks that configs the engine no longer
 // holds leave the host's table, and that instances full of them are
-// recycled.
+// recycled. Its decisions go through the guest (NoTemplates): an instance
+// is recycled when a call gives it back.
 func TestDroppedConfigsAreForgotten(t *testing.T) {
-	p := fresh(t, pluginPkg(fixedwindow.Name), wasm.Options{PoolSize: 1, Prewarm: 1})
+	p := fresh(t, pluginPkg(fixedwindow.Name), wasm.Options{PoolSize: 1, Prewarm: 1, NoTemplates: true})
 	h := &stubHost{reply: sdk.IntsReply(1, 1, 10, 9, 1000000, 0)}
 	keep, err := p.Configure(map[string]any{"limit": 1, "window": "1s"})
 	if err != nil {
@@ -208,13 +209,14 @@ func TestDroppedConfigsAreForgotten(t *testing.T) {
 //	go test -run TestMemoryStaysFlat -v ./host/wasm -memory-decisions 1000000
 var memoryDecisions = flag.Int("memory-decisions", 20_000, "decisions TestMemoryStaysFlat measures over")
 
-// TestMemoryStaysFlat runs many decisions and checks that neither the
-// instances' memory nor the host's heap keeps growing.
+// TestMemoryStaysFlat runs many decisions through the guest (NoTemplates)
+// and checks that neither the instances' memory nor the host's heap keeps
+// growing.
 func TestMemoryStaysFlat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
 	}
-	p := fresh(t, pluginPkg(fixedwindow.Name), wasm.Options{PoolSize: 2, Prewarm: 2})
+	p := fresh(t, pluginPkg(fixedwindow.Name), wasm.Options{PoolSize: 2, Prewarm: 2, NoTemplates: true})
 	h := &stubHost{reply: sdk.IntsReply(1, 1, 10, 9, 1000000, 0)}
 	cfg, err := p.Configure(map[string]any{"limit": 10, "window": "1s"})
 	if err != nil {

@@ -84,6 +84,11 @@ type Options struct {
 	// Logger receives the plugin's log lines and the guest's stdout and
 	// stderr. Default slog.Default().
 	Logger *slog.Logger
+	// NoTemplates starts every decision with a ruled_step call, even
+	// under a config the guest answered a template for (sdk.Templater),
+	// which the host otherwise expands itself without calling the guest:
+	// slower, for checking that the two agree.
+	NoTemplates bool
 
 	interpreter bool      // Inspect: no machine code, a faster start
 	interrupt   interrupt // tests only: another way to stop a guest
@@ -149,6 +154,7 @@ type Plugin struct {
 
 	created, discarded, recycled, closedInstances atomic.Uint64
 	maxMemory                                     atomic.Uint32
+	guestSteps, templated                         atomic.Uint64
 }
 
 var _ sdk.Algorithm = (*Plugin)(nil)
@@ -359,8 +365,9 @@ func (p *Plugin) Path() string { return p.path }
 // parsed config by. The pointer to the plugin keeps it out of the tiny
 // allocator, so that its cleanup runs.
 type config struct {
-	p  *Plugin
-	id uint64
+	p        *Plugin
+	id       uint64
+	template *sdk.Step // the guest's template for the config, nil when none
 }
 
 // Configure implements sdk.Algorithm. The guest validates raw; the host
@@ -379,19 +386,22 @@ func (p *Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 		return nil, p.errorf("configure", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.CallTimeout)
-	problems, err := in.configure(ctx, id, msg)
+	resp, err := in.configure(ctx, id, msg)
 	cancel()
 	p.pool.put(in)
 	if err != nil {
 		return nil, err
 	}
-	if err := abi.ConfigError(problems); err != nil {
+	if err := abi.ConfigError(resp.Errors); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	p.configs[id] = msg
 	p.mu.Unlock()
 	c := &config{p: p, id: id}
+	if p.steps && !p.opts.NoTemplates {
+		c.template = resp.Template
+	}
 	runtime.AddCleanup(c, p.forget, id)
 	return c, nil
 }
@@ -472,9 +482,15 @@ func (p *Plugin) acquire(ctx context.Context, what string) (*instance, error) {
 // the step's script, so no instance waits on Redis.
 type stepper Plugin
 
-// Start implements sdk.Steps with a first ruled_step.
+// Start implements sdk.Steps: the config's template expanded for r when
+// the guest answered one, else a first ruled_step.
 func (s *stepper) Start(ctx context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
-	req := abi.StartStep(c.(*config).id, r)
+	cfg := c.(*config)
+	if cfg.template != nil {
+		s.templated.Add(1)
+		return sdk.Expand(*cfg.template, r), nil
+	}
+	req := abi.StartStep(cfg.id, r)
 	return (*Plugin)(s).step(ctx, &req)
 }
 
@@ -490,6 +506,7 @@ func (p *Plugin) step(ctx context.Context, req *abi.StepRequest) (sdk.Step, erro
 	if err != nil {
 		return sdk.Step{}, err
 	}
+	p.guestSteps.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
 	s, err := in.step(cctx, req)
 	cancel()
@@ -514,6 +531,9 @@ type Stats struct {
 	// Trimmed counts instances closed because no call needed them for
 	// Options.IdleTimeout.
 	Trimmed uint64
+	// GuestSteps counts ruled_step calls; Templated the decisions started
+	// from a config's template, without one.
+	GuestSteps, Templated uint64
 	// Configs is the number of configs in use.
 	Configs int
 	// MaxMemory is the largest linear memory, in bytes, any instance has
@@ -526,7 +546,8 @@ func (p *Plugin) Stats() Stats {
 	closed := p.closedInstances.Load() // first: never more than created
 	created := p.created.Load()
 	return Stats{Instances: int(created - closed), Idle: p.pool.idleCount(), Created: created, Trimmed: p.pool.trimmed.Load(),
-		Discarded: p.discarded.Load(), Recycled: p.recycled.Load(), Configs: p.liveConfigs(), MaxMemory: p.maxMemory.Load()}
+		Discarded: p.discarded.Load(), Recycled: p.recycled.Load(), Configs: p.liveConfigs(), MaxMemory: p.maxMemory.Load(),
+		GuestSteps: p.guestSteps.Load(), Templated: p.templated.Load()}
 }
 
 // Close waits, until ctx is done, for calls in progress to finish, then

@@ -190,12 +190,7 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 		return sdk.Step{}, fmt.Errorf("fixedwindow: config of type %T", cfg)
 	}
 	if c.Calendar == "" {
-		best := 0
-		if req.BestEffort {
-			best = 1
-		}
-		return sdk.Run("decide", decideKeys,
-			c.Limit, c.Window.Microseconds(), c.Offset.Microseconds(), req.Hits, req.DedupID, best).ThenDecide(c.Window), nil
+		return windowStep(c, req.Hits, req.DedupID, sdk.FieldBestEffort.Of(req)), nil
 	}
 	var p *periods
 	if c.cache != nil {
@@ -209,6 +204,25 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 		}
 	}
 	return calendarStep(c, req, p, 0), nil
+}
+
+// Template implements sdk.Templater: a fixed window's step is the same for
+// every request but for its hits, dedup id and best effort. A calendar's
+// has none: the periods it offers move with the clock.
+func (Plugin) Template(cfg sdk.Config) (sdk.Step, bool) {
+	c, ok := cfg.(Config)
+	if !ok || c.Calendar != "" {
+		return sdk.Step{}, false
+	}
+	return windowStep(c, sdk.FieldHits, sdk.FieldDedupID, sdk.FieldBestEffort), true
+}
+
+// windowStep is a fixed window's one step, with the request's hits, dedup
+// id and best effort (0 or 1) as given: values in Start, fields in
+// Template.
+func windowStep(c Config, hits, dedupID, best any) sdk.Step {
+	return sdk.Run("decide", decideKeys, c.Limit, c.Window.Microseconds(), c.Offset.Microseconds(), hits, dedupID, best).
+		ThenDecide(c.Window)
 }
 
 // maxMisses is how many calls running whose Redis time lies outside the
@@ -282,4 +296,4 @@ func (Plugin) Resume(_ context.Context, cfg sdk.Config, req sdk.Request, s sdk.S
 	return sdk.Done(d), nil
 }
 
-var _ sdk.Stepper = Plugin{}
+var _ sdk.Templater = Plugin{}

@@ -140,16 +140,29 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 	if !ok {
 		return sdk.Step{}, fmt.Errorf("leaky: config of type %T", cfg)
 	}
-	shape, best := 0, 0
+	return bucketStep(c, req.Hits, sdk.FieldBestEffort.Of(req)), nil
+}
+
+// Template implements sdk.Templater: the step is the same for every
+// request but for its hits and best effort.
+func (Plugin) Template(cfg sdk.Config) (sdk.Step, bool) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Step{}, false
+	}
+	return bucketStep(c, sdk.FieldHits, sdk.FieldBestEffort), true
+}
+
+// bucketStep is a decision's one step, with the request's hits and best
+// effort (0 or 1) as given: values in Start, fields in Template.
+func bucketStep(c Config, hits, best any) sdk.Step {
+	shape := 0
 	if c.Mode == Shape {
 		shape = 1
 	}
-	if req.BestEffort {
-		best = 1
-	}
 	window := c.Window()
-	return sdk.Run("decide", decideKeys,
-		c.Capacity, c.PerUS(), c.Rate, shape, req.Hits, best, window.Microseconds()).ThenDecide(window), nil
+	return sdk.Run("decide", decideKeys, c.Capacity, c.PerUS(), c.Rate, shape, hits, best, window.Microseconds()).
+		ThenDecide(window)
 }
 
 // ceilDiv is ⌈a / b⌉ for a >= 0 and b >= 1.
@@ -160,4 +173,4 @@ func ceilDiv(a, b int64) int64 {
 	return (a-1)/b + 1
 }
 
-var _ sdk.Stepper = Plugin{}
+var _ sdk.Templater = Plugin{}

@@ -112,12 +112,24 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 	if !ok {
 		return sdk.Step{}, fmt.Errorf("rolling: config of type %T", cfg)
 	}
-	best := 0
-	if req.BestEffort {
-		best = 1
-	}
-	return sdk.Run("decide", decideKeys,
-		c.Limit, c.Window.Microseconds(), c.BucketUS(), req.Hits, req.DedupID, best).ThenDecide(c.Window), nil
+	return windowStep(c, req.Hits, req.DedupID, sdk.FieldBestEffort.Of(req)), nil
 }
 
-var _ sdk.Stepper = Plugin{}
+// Template implements sdk.Templater: the step is the same for every
+// request but for its hits, dedup id and best effort.
+func (Plugin) Template(cfg sdk.Config) (sdk.Step, bool) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Step{}, false
+	}
+	return windowStep(c, sdk.FieldHits, sdk.FieldDedupID, sdk.FieldBestEffort), true
+}
+
+// windowStep is a decision's one step, with the request's hits, dedup id
+// and best effort (0 or 1) as given: values in Start, fields in Template.
+func windowStep(c Config, hits, dedupID, best any) sdk.Step {
+	return sdk.Run("decide", decideKeys, c.Limit, c.Window.Microseconds(), c.BucketUS(), hits, dedupID, best).
+		ThenDecide(c.Window)
+}
+
+var _ sdk.Templater = Plugin{}

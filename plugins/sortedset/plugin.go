@@ -193,21 +193,35 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 	if w := c.blockWindow(); w > 0 && req.Hits >= 0 {
 		return sdk.Done(blockDecision(w)), nil
 	}
+	return setStep(c, req.Hits, sdk.FieldBestEffort.Of(req)), nil
+}
+
+// Template implements sdk.Templater: the step is the same for every
+// request but for its hits and best effort, except under a block (a limit
+// of 0), where Start answers a hit without a call and a refund with one.
+func (Plugin) Template(cfg sdk.Config) (sdk.Step, bool) {
+	c, ok := cfg.(Config)
+	if !ok || c.blockWindow() > 0 {
+		return sdk.Step{}, false
+	}
+	return setStep(c, sdk.FieldHits, sdk.FieldBestEffort), true
+}
+
+// setStep is a decision's one step, with the request's hits and best
+// effort (0 or 1) as given: values in Start, fields in Template.
+func setStep(c Config, hits, best any) sdk.Step {
 	rates := c.Rates()
 	args := make([]any, 0, 2*len(rates)+5)
 	args = append(args, len(rates))
 	for _, rt := range rates {
 		args = append(args, rt.Limit, rt.Window.Microseconds())
 	}
-	countDenied, best := 0, 0
+	countDenied := 0
 	if c.CountDenied {
 		countDenied = 1
 	}
-	if req.BestEffort {
-		best = 1
-	}
-	args = append(args, c.MinGap.Microseconds(), countDenied, req.Hits, best)
-	return sdk.Run("decide", decideKeys, args...).ThenDecide(c.Window), nil
+	args = append(args, c.MinGap.Microseconds(), countDenied, hits, best)
+	return sdk.Run("decide", decideKeys, args...).ThenDecide(c.Window)
 }
 
-var _ sdk.Stepper = Plugin{}
+var _ sdk.Templater = Plugin{}

@@ -129,11 +129,23 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 	if !ok {
 		return sdk.Step{}, fmt.Errorf("tokenbucket: config of type %T", cfg)
 	}
-	best := 0
-	if req.BestEffort {
-		best = 1
-	}
-	return sdk.Run("decide", decideKeys, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best).ThenDecide(c.Window()), nil
+	return bucketStep(c, req.Hits, sdk.FieldBestEffort.Of(req)), nil
 }
 
-var _ sdk.Stepper = Plugin{}
+// Template implements sdk.Templater: the step is the same for every
+// request but for its hits and best effort.
+func (Plugin) Template(cfg sdk.Config) (sdk.Step, bool) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Step{}, false
+	}
+	return bucketStep(c, sdk.FieldHits, sdk.FieldBestEffort), true
+}
+
+// bucketStep is a decision's one step, with the request's hits and best
+// effort (0 or 1) as given: values in Start, fields in Template.
+func bucketStep(c Config, hits, best any) sdk.Step {
+	return sdk.Run("decide", decideKeys, c.Rate, c.Per.Microseconds(), c.Burst, hits, best).ThenDecide(c.Window())
+}
+
+var _ sdk.Templater = Plugin{}

@@ -116,7 +116,10 @@ func TestEmptyConfigDecodesAsEmptyMap(t *testing.T) {
 
 func TestConfigureResponse(t *testing.T) {
 	for _, e := range [][]string{nil, {"limit: required", "window: required"}} {
-		b := (&abi.ConfigureResponse{Errors: e}).Append(nil)
+		b, err := (&abi.ConfigureResponse{Errors: e}).Append(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var got abi.ConfigureResponse
 		if err := got.Decode(b); err != nil || !reflect.DeepEqual(got.Errors, e) {
 			t.Fatalf("%q: %q %v", e, got.Errors, err)
@@ -124,6 +127,74 @@ func TestConfigureResponse(t *testing.T) {
 		var pb abipb.ConfigureResponse
 		if err := proto.Unmarshal(b, &pb); err != nil || len(pb.Errors) != len(e) {
 			t.Fatalf("generated code reads %v (%v)", &pb, err)
+		}
+	}
+}
+
+func TestConfigureResponseTemplateRoundTripAndSchema(t *testing.T) {
+	tmpl := sdk.Run("decide", []string{"c", "d"}, int64(100), sdk.FieldHits, "x", sdk.FieldDedupID, sdk.FieldBestEffort,
+		sdk.FieldSubject).ThenDecide(time.Minute)
+	tmpl.State = []byte{7}
+	b, err := (&abi.ConfigureResponse{Template: &tmpl}).Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got abi.ConfigureResponse
+	if err := got.Decode(b); err != nil || got.Template == nil || !reflect.DeepEqual(*got.Template, tmpl) {
+		t.Fatalf("round trip: %#v, %v", got.Template, err)
+	}
+	var pb abipb.ConfigureResponse
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		t.Fatal(err)
+	}
+	args := pb.GetTemplate().GetCall().GetArgs()
+	if len(args) != 6 || args[1].GetRequestField() != abipb.RequestField_REQUEST_FIELD_HITS ||
+		args[3].GetRequestField() != abipb.RequestField_REQUEST_FIELD_DEDUP_ID ||
+		args[4].GetRequestField() != abipb.RequestField_REQUEST_FIELD_BEST_EFFORT ||
+		args[5].GetRequestField() != abipb.RequestField_REQUEST_FIELD_SUBJECT ||
+		!pb.GetTemplate().GetDecides() || pb.GetTemplate().GetWindowUs() != 60e6 {
+		t.Fatalf("generated code reads %v", &pb)
+	}
+	// The fields' numbers are sdk.Field's.
+	for f := sdk.FieldHits; f.Valid(); f++ {
+		if name := abipb.RequestField(f).String(); name != "REQUEST_FIELD_"+strings.ToUpper(f.String()) {
+			t.Errorf("sdk.Field %v is %s in ruled.proto", f, name)
+		}
+	}
+}
+
+func TestRequestFieldsCrossOnlyInTemplates(t *testing.T) {
+	call := abi.EvalRequest{Script: "decide", Keys: []string{"k"}, Args: []any{sdk.FieldHits}}
+	b, err := call.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got abi.EvalRequest
+	if err := got.Decode(b); !errors.Is(err, abi.ErrFieldOutsideTemplate) {
+		t.Fatalf("a field in an Eval call: %v", err)
+	}
+	step := abi.StepResponse{Call: call}
+	if b, err = step.Append(nil); err != nil {
+		t.Fatal(err)
+	}
+	var gotStep abi.StepResponse
+	if err := gotStep.Decode(b); !errors.Is(err, abi.ErrFieldOutsideTemplate) {
+		t.Fatalf("a field in a step: %v", err)
+	}
+
+	// In a template: an unknown field, or a template that calls nothing, is refused.
+	for name, pb := range map[string]*abipb.ConfigureResponse{
+		"unknown field": {Template: &abipb.StepResponse{Call: &abipb.EvalRequest{Script: "decide",
+			Args: []*abipb.Value{{Kind: &abipb.Value_RequestField{RequestField: 9}}}}}},
+		"no call": {Template: &abipb.StepResponse{Decides: true}},
+	} {
+		b, err := proto.Marshal(pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got abi.ConfigureResponse
+		if err := got.Decode(b); err == nil {
+			t.Errorf("%s: decoded %#v", name, got.Template)
 		}
 	}
 }

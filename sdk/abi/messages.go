@@ -205,17 +205,32 @@ type ConfigureResponse struct {
 	// Errors lists every problem with the config, one message each (the
 	// leaves of an errors.Join tree); empty when the config is valid.
 	Errors []string
+	// Template is the valid config's template (sdk.Templater), nil when
+	// it has none.
+	Template *sdk.Step
 }
 
-// Append appends m encoded.
-func (m *ConfigureResponse) Append(b []byte) []byte {
+// Append appends m encoded. It fails on a template argument that cannot
+// cross the ABI (AppendArg).
+func (m *ConfigureResponse) Append(b []byte) ([]byte, error) {
 	for _, e := range m.Errors {
 		b = appendStringAlways(b, 1, e)
 	}
-	return b
+	if m.Template != nil {
+		var t StepResponse
+		t.SetStep(*m.Template, nil)
+		b, mark := beginNested(b, 2)
+		b, err := t.Append(b)
+		if err != nil {
+			return b, fmt.Errorf("template: %w", err)
+		}
+		return endNested(b, mark), nil
+	}
+	return b, nil
 }
 
-// Decode decodes b into m.
+// Decode decodes b into m. A template that sdk.CheckTemplate refuses is an
+// error.
 func (m *ConfigureResponse) Decode(b []byte) error {
 	*m = ConfigureResponse{}
 	for len(b) > 0 {
@@ -224,8 +239,19 @@ func (m *ConfigureResponse) Decode(b []byte) error {
 			return fmt.Errorf("abi: ConfigureResponse: %w", err)
 		}
 		b = rest
-		if f.num == 1 && f.isBytes() {
+		switch {
+		case f.num == 1 && f.isBytes():
 			m.Errors = append(m.Errors, string(f.bytes))
+		case f.num == 2 && f.isBytes():
+			var t StepResponse
+			if err := t.decode(f.bytes, true); err != nil {
+				return fmt.Errorf("abi: ConfigureResponse template: %w", err)
+			}
+			s := t.Step()
+			if err := sdk.CheckTemplate(s); err != nil {
+				return fmt.Errorf("abi: ConfigureResponse: %w", err)
+			}
+			m.Template = &s
 		}
 	}
 	return nil
@@ -472,9 +498,12 @@ func (m *EvalRequest) Append(b []byte) ([]byte, error) {
 // go-redis accepts as a script argument and sends it the same way: nil,
 // strings, []byte, bools, integers, floats, time.Duration, time.Time (as
 // RFC 3339 text with nanoseconds) and encoding.BinaryMarshaler. Strings
-// travel as bytes_value, since they need not be UTF-8.
+// travel as bytes_value, since they need not be UTF-8. An sdk.Field (the
+// argument of a template) travels as request_field.
 func AppendArg(b []byte, a any) ([]byte, error) {
 	switch t := a.(type) {
+	case sdk.Field:
+		return appendTagVarint(b, varintTag(valueField), uint64(t)), nil
 	case int64:
 		return appendIntValue(b, t), nil
 	case string:
@@ -499,7 +528,11 @@ func AppendArg(b []byte, a any) ([]byte, error) {
 
 // Decode decodes b into m, reusing m's slices. Arguments decode as
 // DecodeArg does; a list or map argument is an error.
-func (m *EvalRequest) Decode(b []byte) error {
+func (m *EvalRequest) Decode(b []byte) error { return m.decode(b, false) }
+
+// decode decodes b into m; fields allows request fields among the
+// arguments (a template's).
+func (m *EvalRequest) decode(b []byte, fields bool) error {
 	m.Script, m.Keys, m.Args = "", m.Keys[:0], m.Args[:0]
 	for len(b) > 0 {
 		f, rest, err := next(b)
@@ -516,7 +549,7 @@ func (m *EvalRequest) Decode(b []byte) error {
 		case 2:
 			m.Keys = append(m.Keys, string(f.bytes))
 		case 3:
-			a, err := DecodeArg(f.bytes)
+			a, err := decodeArg(f.bytes, fields)
 			if err != nil {
 				return fmt.Errorf("abi: EvalRequest argument %d: %w", len(m.Args), err)
 			}
@@ -527,9 +560,17 @@ func (m *EvalRequest) Decode(b []byte) error {
 }
 
 // DecodeArg decodes an Eval argument: like DecodeValue, except that bytes
-// become a string (Redis sees the same bytes) and that lists and maps are
-// refused.
-func DecodeArg(b []byte) (any, error) {
+// become a string (Redis sees the same bytes) and that lists, maps and
+// request fields (ErrFieldOutsideTemplate) are refused.
+func DecodeArg(b []byte) (any, error) { return decodeArg(b, false) }
+
+// ErrFieldOutsideTemplate reports a request_field argument where only a
+// value may be: anywhere but in a template's call.
+var ErrFieldOutsideTemplate = errors.New("abi: a request field outside a template")
+
+// decodeArg is DecodeArg; fields allows request fields, which decode to a
+// valid sdk.Field.
+func decodeArg(b []byte, fields bool) (any, error) {
 	var v any
 	for len(b) > 0 {
 		f, rest, err := next(b)
@@ -554,6 +595,15 @@ func DecodeArg(b []byte) (any, error) {
 			v = time.Duration(f.sint())
 		case f.num == valueList, f.num == valueMap:
 			return nil, fmt.Errorf("%w: a list or map", ErrArgType)
+		case f.num == valueField && f.isVarint():
+			if !fields {
+				return nil, ErrFieldOutsideTemplate
+			}
+			if fv := sdk.Field(f.u); f.u <= math.MaxUint8 && fv.Valid() {
+				v = fv
+			} else {
+				return nil, fmt.Errorf("abi: unknown request field %d", f.u)
+			}
 		}
 	}
 	return v, nil
@@ -704,7 +754,11 @@ func (m *StepResponse) Append(b []byte) ([]byte, error) {
 }
 
 // Decode decodes b into m, reusing m.Call's slices.
-func (m *StepResponse) Decode(b []byte) error {
+func (m *StepResponse) Decode(b []byte) error { return m.decode(b, false) }
+
+// decode decodes b into m; fields allows request fields among the call's
+// arguments (a template's).
+func (m *StepResponse) decode(b []byte, fields bool) error {
 	if err := m.DecideResponse.Decode(b); err != nil {
 		return err
 	}
@@ -718,7 +772,7 @@ func (m *StepResponse) Decode(b []byte) error {
 		b = rest
 		switch {
 		case f.num == 4 && f.isBytes():
-			if err := m.Call.Decode(f.bytes); err != nil {
+			if err := m.Call.decode(f.bytes, fields); err != nil {
 				return fmt.Errorf("abi: StepResponse call: %w", err)
 			}
 			if m.Call.Script == "" {

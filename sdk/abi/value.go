@@ -21,6 +21,7 @@ const (
 	valueList     = 8
 	valueMap      = 9
 	valueDuration = 10
+	valueField    = 11
 )
 
 // maxDepth bounds the nesting of decoded values and replies.

@@ -157,13 +157,21 @@ func (m *module) configure(in []byte) ([]byte, error) {
 	cfg, err := m.alg.Configure(req.Config)
 	if err != nil {
 		resp.Errors = leaves(err, resp.Errors)
-	} else {
-		m.configs[req.ConfigID] = cfg
-		if req.ConfigID == m.lastID {
-			m.lastID = 0
+		return resp.Append(m.out[:0])
+	}
+	if t, ok := m.alg.(sdk.Templater); ok {
+		if tmpl, ok := t.Template(cfg); ok {
+			if err := sdk.CheckTemplate(tmpl); err != nil {
+				return nil, fmt.Errorf("%T.Template: %w", m.alg, err)
+			}
+			resp.Template = &tmpl
 		}
 	}
-	return resp.Append(m.out[:0]), nil
+	m.configs[req.ConfigID] = cfg
+	if req.ConfigID == m.lastID {
+		m.lastID = 0
+	}
+	return resp.Append(m.out[:0])
 }
 
 // leaves appends the messages of the leaves of an errors.Join tree, so that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -532,5 +533,82 @@ func TestStepNeedsAStepper(t *testing.T) {
 	g := newGlue(t, counting{}, nil)
 	if _, ok := g.call(abi.ExportStep, nil, (*module).step); ok || !strings.Contains(strings.Join(g.imp.logs, "\n"), "does not decide in steps") {
 		t.Fatalf("ruled_step answered for a plugin without steps: %v", g.imp.logs)
+	}
+}
+
+// templated starts every decision with one templated call.
+type templated struct{ sdk.OneStep }
+
+type templatedConfig struct{ limit int64 }
+
+func (templated) Info() sdk.Info {
+	return sdk.Info{Name: "templated", Scripts: []sdk.Script{{Name: "decide", Source: "return 1"}}}
+}
+
+func (templated) Configure(raw map[string]any) (sdk.Config, error) {
+	n, _ := raw["limit"].(int)
+	if n < 0 {
+		return nil, errors.New("limit: below 0")
+	}
+	return templatedConfig{limit: int64(n)}, nil
+}
+
+func (t templated) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Request) (sdk.Decision, error) {
+	return sdk.StepDecide(t)(ctx, h, c, r)
+}
+
+// Template offers a template for limits but 0.
+func (templated) Template(c sdk.Config) (sdk.Step, bool) {
+	cfg := c.(templatedConfig)
+	return sdk.Run("decide", []string{"k"}, cfg.limit, sdk.FieldHits, sdk.FieldDedupID, sdk.FieldBestEffort).
+		ThenDecide(time.Minute), cfg.limit != 0
+}
+
+func (t templated) Start(_ context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
+	tmpl, _ := t.Template(c)
+	return sdk.Expand(tmpl, r), nil
+}
+
+func TestConfigureAnswersTheTemplate(t *testing.T) {
+	g := newGlue(t, templated{}, nil)
+	configure := func(id uint64, limit int) abi.ConfigureResponse {
+		msg, err := (&abi.ConfigureRequest{ConfigID: id, Config: map[string]any{"limit": limit}}).Append(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, ok := g.call(abi.ExportConfigure, msg, (*module).configure)
+		if !ok {
+			t.Fatalf("configure failed: %v", g.imp.logs)
+		}
+		var resp abi.ConfigureResponse
+		if err := resp.Decode(out); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := configure(1, 50)
+	if resp.Template == nil || len(resp.Errors) > 0 {
+		t.Fatalf("no template: %+v", resp)
+	}
+	// The template expands to what ruled_step starts with.
+	r := sdk.Request{Subject: "s", Hits: 4, DedupID: "d", BestEffort: true}
+	req := abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: 1, Request: r}}
+	out, ok := g.call(abi.ExportStep, req.Append(nil), (*module).step)
+	if !ok {
+		t.Fatalf("step failed: %v", g.imp.logs)
+	}
+	var step abi.StepResponse
+	if err := step.Decode(out); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sdk.Expand(*resp.Template, r), step.Step(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("template expands to %#v, ruled_step starts with %#v", got, want)
+	}
+
+	if resp := configure(2, 0); resp.Template != nil {
+		t.Errorf("a config without a template answered %#v", resp.Template)
+	}
+	if resp := configure(3, -1); resp.Template != nil || len(resp.Errors) != 1 {
+		t.Errorf("an invalid config answered %+v", resp)
 	}
 }

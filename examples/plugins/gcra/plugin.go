@@ -164,11 +164,24 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, req sdk.Request) (sdk.Ste
 	if !ok {
 		return sdk.Step{}, fmt.Errorf("gcra: config of type %T", cfg)
 	}
-	best := 0
-	if req.BestEffort {
-		best = 1
+	return gcraStep(c, req.Hits, sdk.FieldBestEffort.Of(req)), nil
+}
+
+// Template implements sdk.Templater: every decision's step is the same but
+// for the request's hits and best effort, so ruled starts decisions itself
+// and the module's code runs only at Configure.
+func (Plugin) Template(cfg sdk.Config) (sdk.Step, bool) {
+	c, ok := cfg.(Config)
+	if !ok {
+		return sdk.Step{}, false
 	}
-	return sdk.Run("decide", decideKeys, c.Rate, c.Per.Microseconds(), c.Burst, req.Hits, best).ThenDecide(c.Window()), nil
+	return gcraStep(c, sdk.FieldHits, sdk.FieldBestEffort), true
+}
+
+// gcraStep is the one step of a decision, with the request's hits and best
+// effort (0 or 1) as given: values in Start, fields in Template.
+func gcraStep(c Config, hits, best any) sdk.Step {
+	return sdk.Run("decide", decideKeys, c.Rate, c.Per.Microseconds(), c.Burst, hits, best).ThenDecide(c.Window())
 }
 
 // ceilDiv is a / b rounded up, for a >= 0 and b > 0.
@@ -180,4 +193,4 @@ func ceilDiv(a, b int64) int64 {
 	return q
 }
 
-var _ sdk.Stepper = Plugin{}
+var _ sdk.Templater = Plugin{}

@@ -38,6 +38,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RequestField names a field of the request (sdk.Field), with the type
+// its value takes in a call argument.
+type RequestField int32
+
+const (
+	RequestField_REQUEST_FIELD_UNSPECIFIED RequestField = 0
+	// hits, an int.
+	RequestField_REQUEST_FIELD_HITS RequestField = 1
+	// dedup_id, bytes.
+	RequestField_REQUEST_FIELD_DEDUP_ID RequestField = 2
+	// best_effort as an int: 1 when set, else 0.
+	RequestField_REQUEST_FIELD_BEST_EFFORT RequestField = 3
+	// subject, bytes.
+	RequestField_REQUEST_FIELD_SUBJECT RequestField = 4
+)
+
+// Enum value maps for RequestField.
+var (
+	RequestField_name = map[int32]string{
+		0: "REQUEST_FIELD_UNSPECIFIED",
+		1: "REQUEST_FIELD_HITS",
+		2: "REQUEST_FIELD_DEDUP_ID",
+		3: "REQUEST_FIELD_BEST_EFFORT",
+		4: "REQUEST_FIELD_SUBJECT",
+	}
+	RequestField_value = map[string]int32{
+		"REQUEST_FIELD_UNSPECIFIED": 0,
+		"REQUEST_FIELD_HITS":        1,
+		"REQUEST_FIELD_DEDUP_ID":    2,
+		"REQUEST_FIELD_BEST_EFFORT": 3,
+		"REQUEST_FIELD_SUBJECT":     4,
+	}
+)
+
+func (x RequestField) Enum() *RequestField {
+	p := new(RequestField)
+	*p = x
+	return p
+}
+
+func (x RequestField) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RequestField) Descriptor() protoreflect.EnumDescriptor {
+	return file_sdk_abi_ruled_proto_enumTypes[0].Descriptor()
+}
+
+func (RequestField) Type() protoreflect.EnumType {
+	return &file_sdk_abi_ruled_proto_enumTypes[0]
+}
+
+func (x RequestField) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RequestField.Descriptor instead.
+func (RequestField) EnumDescriptor() ([]byte, []int) {
+	return file_sdk_abi_ruled_proto_rawDescGZIP(), []int{0}
+}
+
 // InitRequest is the argument of ruled_init, called once per instance before
 // anything else.
 type InitRequest struct {
@@ -324,6 +385,7 @@ type Value struct {
 	//	*Value_ListValue
 	//	*Value_MapValue
 	//	*Value_DurationNs
+	//	*Value_RequestField
 	Kind          isValue_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -456,6 +518,15 @@ func (x *Value) GetDurationNs() int64 {
 	return 0
 }
 
+func (x *Value) GetRequestField() RequestField {
+	if x != nil {
+		if x, ok := x.Kind.(*Value_RequestField); ok {
+			return x.RequestField
+		}
+	}
+	return RequestField_REQUEST_FIELD_UNSPECIFIED
+}
+
 type isValue_Kind interface {
 	isValue_Kind()
 }
@@ -503,6 +574,13 @@ type Value_DurationNs struct {
 	DurationNs int64 `protobuf:"zigzag64,10,opt,name=duration_ns,json=durationNs,proto3,oneof"`
 }
 
+type Value_RequestField struct {
+	// request_field stands for a field of the request being decided. It
+	// is allowed only among the call arguments of a template
+	// (ConfigureResponse.template), where the host replaces it.
+	RequestField RequestField `protobuf:"varint,11,opt,name=request_field,json=requestField,proto3,enum=ruled.abi.v1.RequestField,oneof"`
+}
+
 func (*Value_NullValue) isValue_Kind() {}
 
 func (*Value_IntValue) isValue_Kind() {}
@@ -522,6 +600,8 @@ func (*Value_ListValue) isValue_Kind() {}
 func (*Value_MapValue) isValue_Kind() {}
 
 func (*Value_DurationNs) isValue_Kind() {}
+
+func (*Value_RequestField) isValue_Kind() {}
 
 // ValueList is a list of values.
 type ValueList struct {
@@ -673,7 +753,13 @@ type ConfigureResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// errors lists every problem with the config, one message each, such as
 	// "limit: must be at least 1"; empty when the config is valid.
-	Errors        []string `protobuf:"bytes,1,rep,name=errors,proto3" json:"errors,omitempty"`
+	Errors []string `protobuf:"bytes,1,rep,name=errors,proto3" json:"errors,omitempty"`
+	// template, on a valid config only, is the config's first step for every
+	// request (sdk.Templater): to start a decision the host expands it,
+	// replacing each request_field among call.args with the request's value,
+	// and runs its call instead of calling ruled_step. Only call, decides,
+	// window_us and state are read; it must call a script.
+	Template      *StepResponse `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -711,6 +797,13 @@ func (*ConfigureResponse) Descriptor() ([]byte, []int) {
 func (x *ConfigureResponse) GetErrors() []string {
 	if x != nil {
 		return x.Errors
+	}
+	return nil
+}
+
+func (x *ConfigureResponse) GetTemplate() *StepResponse {
+	if x != nil {
+		return x.Template
 	}
 	return nil
 }
@@ -1510,7 +1603,7 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1a\n" +
 	"\bcommands\x18\x03 \x03(\tR\bcommands\x12\x18\n" +
-	"\areturns\x18\x04 \x03(\tR\areturns\"\x90\x03\n" +
+	"\areturns\x18\x04 \x03(\tR\areturns\"\xd3\x03\n" +
 	"\x05Value\x12\x1f\n" +
 	"\n" +
 	"null_value\x18\x01 \x01(\bH\x00R\tnullValue\x12\x1d\n" +
@@ -1529,7 +1622,8 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\tmap_value\x18\t \x01(\v2\x16.ruled.abi.v1.ValueMapH\x00R\bmapValue\x12!\n" +
 	"\vduration_ns\x18\n" +
 	" \x01(\x12H\x00R\n" +
-	"durationNsB\x06\n" +
+	"durationNs\x12A\n" +
+	"\rrequest_field\x18\v \x01(\x0e2\x1a.ruled.abi.v1.RequestFieldH\x00R\frequestFieldB\x06\n" +
 	"\x04kind\"8\n" +
 	"\tValueList\x12+\n" +
 	"\x06values\x18\x01 \x03(\v2\x13.ruled.abi.v1.ValueR\x06values\"\x96\x01\n" +
@@ -1540,9 +1634,10 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x13.ruled.abi.v1.ValueR\x05value:\x028\x01\"_\n" +
 	"\x10ConfigureRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\x04R\bconfigId\x12.\n" +
-	"\x06config\x18\x02 \x01(\v2\x16.ruled.abi.v1.ValueMapR\x06config\"+\n" +
+	"\x06config\x18\x02 \x01(\v2\x16.ruled.abi.v1.ValueMapR\x06config\"c\n" +
 	"\x11ConfigureResponse\x12\x16\n" +
-	"\x06errors\x18\x01 \x03(\tR\x06errors\"\x8e\x02\n" +
+	"\x06errors\x18\x01 \x03(\tR\x06errors\x126\n" +
+	"\btemplate\x18\x02 \x01(\v2\x1a.ruled.abi.v1.StepResponseR\btemplate\"\x8e\x02\n" +
 	"\rDecideRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\x04R\bconfigId\x12\x18\n" +
 	"\asubject\x18\x02 \x01(\fR\asubject\x12\x12\n" +
@@ -1613,7 +1708,13 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\x04call\x18\x04 \x01(\v2\x19.ruled.abi.v1.EvalRequestR\x04call\x12\x18\n" +
 	"\adecides\x18\x05 \x01(\bR\adecides\x12\x1b\n" +
 	"\twindow_us\x18\x06 \x01(\x12R\bwindowUs\x12\x14\n" +
-	"\x05state\x18\a \x01(\fR\x05stateB*Z(github.com/ruled-dev/ruled/sdk/abi/abipbb\x06proto3"
+	"\x05state\x18\a \x01(\fR\x05state*\x9b\x01\n" +
+	"\fRequestField\x12\x1d\n" +
+	"\x19REQUEST_FIELD_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12REQUEST_FIELD_HITS\x10\x01\x12\x1a\n" +
+	"\x16REQUEST_FIELD_DEDUP_ID\x10\x02\x12\x1d\n" +
+	"\x19REQUEST_FIELD_BEST_EFFORT\x10\x03\x12\x19\n" +
+	"\x15REQUEST_FIELD_SUBJECT\x10\x04B*Z(github.com/ruled-dev/ruled/sdk/abi/abipbb\x06proto3"
 
 var (
 	file_sdk_abi_ruled_proto_rawDescOnce sync.Once
@@ -1627,54 +1728,58 @@ func file_sdk_abi_ruled_proto_rawDescGZIP() []byte {
 	return file_sdk_abi_ruled_proto_rawDescData
 }
 
+var file_sdk_abi_ruled_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_sdk_abi_ruled_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_sdk_abi_ruled_proto_goTypes = []any{
-	(*InitRequest)(nil),       // 0: ruled.abi.v1.InitRequest
-	(*Info)(nil),              // 1: ruled.abi.v1.Info
-	(*Traits)(nil),            // 2: ruled.abi.v1.Traits
-	(*Script)(nil),            // 3: ruled.abi.v1.Script
-	(*Value)(nil),             // 4: ruled.abi.v1.Value
-	(*ValueList)(nil),         // 5: ruled.abi.v1.ValueList
-	(*ValueMap)(nil),          // 6: ruled.abi.v1.ValueMap
-	(*ConfigureRequest)(nil),  // 7: ruled.abi.v1.ConfigureRequest
-	(*ConfigureResponse)(nil), // 8: ruled.abi.v1.ConfigureResponse
-	(*DecideRequest)(nil),     // 9: ruled.abi.v1.DecideRequest
-	(*Decision)(nil),          // 10: ruled.abi.v1.Decision
-	(*DecideResponse)(nil),    // 11: ruled.abi.v1.DecideResponse
-	(*EvalRequest)(nil),       // 12: ruled.abi.v1.EvalRequest
-	(*Reply)(nil),             // 13: ruled.abi.v1.Reply
-	(*ReplyArray)(nil),        // 14: ruled.abi.v1.ReplyArray
-	(*Error)(nil),             // 15: ruled.abi.v1.Error
-	(*StepRequest)(nil),       // 16: ruled.abi.v1.StepRequest
-	(*StepResponse)(nil),      // 17: ruled.abi.v1.StepResponse
-	nil,                       // 18: ruled.abi.v1.ValueMap.FieldsEntry
-	nil,                       // 19: ruled.abi.v1.DecideRequest.AttrsEntry
-	nil,                       // 20: ruled.abi.v1.StepRequest.AttrsEntry
+	(RequestField)(0),         // 0: ruled.abi.v1.RequestField
+	(*InitRequest)(nil),       // 1: ruled.abi.v1.InitRequest
+	(*Info)(nil),              // 2: ruled.abi.v1.Info
+	(*Traits)(nil),            // 3: ruled.abi.v1.Traits
+	(*Script)(nil),            // 4: ruled.abi.v1.Script
+	(*Value)(nil),             // 5: ruled.abi.v1.Value
+	(*ValueList)(nil),         // 6: ruled.abi.v1.ValueList
+	(*ValueMap)(nil),          // 7: ruled.abi.v1.ValueMap
+	(*ConfigureRequest)(nil),  // 8: ruled.abi.v1.ConfigureRequest
+	(*ConfigureResponse)(nil), // 9: ruled.abi.v1.ConfigureResponse
+	(*DecideRequest)(nil),     // 10: ruled.abi.v1.DecideRequest
+	(*Decision)(nil),          // 11: ruled.abi.v1.Decision
+	(*DecideResponse)(nil),    // 12: ruled.abi.v1.DecideResponse
+	(*EvalRequest)(nil),       // 13: ruled.abi.v1.EvalRequest
+	(*Reply)(nil),             // 14: ruled.abi.v1.Reply
+	(*ReplyArray)(nil),        // 15: ruled.abi.v1.ReplyArray
+	(*Error)(nil),             // 16: ruled.abi.v1.Error
+	(*StepRequest)(nil),       // 17: ruled.abi.v1.StepRequest
+	(*StepResponse)(nil),      // 18: ruled.abi.v1.StepResponse
+	nil,                       // 19: ruled.abi.v1.ValueMap.FieldsEntry
+	nil,                       // 20: ruled.abi.v1.DecideRequest.AttrsEntry
+	nil,                       // 21: ruled.abi.v1.StepRequest.AttrsEntry
 }
 var file_sdk_abi_ruled_proto_depIdxs = []int32{
-	3,  // 0: ruled.abi.v1.Info.scripts:type_name -> ruled.abi.v1.Script
-	2,  // 1: ruled.abi.v1.Info.traits:type_name -> ruled.abi.v1.Traits
-	5,  // 2: ruled.abi.v1.Value.list_value:type_name -> ruled.abi.v1.ValueList
-	6,  // 3: ruled.abi.v1.Value.map_value:type_name -> ruled.abi.v1.ValueMap
-	4,  // 4: ruled.abi.v1.ValueList.values:type_name -> ruled.abi.v1.Value
-	18, // 5: ruled.abi.v1.ValueMap.fields:type_name -> ruled.abi.v1.ValueMap.FieldsEntry
-	6,  // 6: ruled.abi.v1.ConfigureRequest.config:type_name -> ruled.abi.v1.ValueMap
-	19, // 7: ruled.abi.v1.DecideRequest.attrs:type_name -> ruled.abi.v1.DecideRequest.AttrsEntry
-	10, // 8: ruled.abi.v1.DecideResponse.decision:type_name -> ruled.abi.v1.Decision
-	4,  // 9: ruled.abi.v1.EvalRequest.args:type_name -> ruled.abi.v1.Value
-	14, // 10: ruled.abi.v1.Reply.array_value:type_name -> ruled.abi.v1.ReplyArray
-	15, // 11: ruled.abi.v1.Reply.error:type_name -> ruled.abi.v1.Error
-	13, // 12: ruled.abi.v1.ReplyArray.elems:type_name -> ruled.abi.v1.Reply
-	20, // 13: ruled.abi.v1.StepRequest.attrs:type_name -> ruled.abi.v1.StepRequest.AttrsEntry
-	13, // 14: ruled.abi.v1.StepRequest.reply:type_name -> ruled.abi.v1.Reply
-	10, // 15: ruled.abi.v1.StepResponse.decision:type_name -> ruled.abi.v1.Decision
-	12, // 16: ruled.abi.v1.StepResponse.call:type_name -> ruled.abi.v1.EvalRequest
-	4,  // 17: ruled.abi.v1.ValueMap.FieldsEntry.value:type_name -> ruled.abi.v1.Value
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	4,  // 0: ruled.abi.v1.Info.scripts:type_name -> ruled.abi.v1.Script
+	3,  // 1: ruled.abi.v1.Info.traits:type_name -> ruled.abi.v1.Traits
+	6,  // 2: ruled.abi.v1.Value.list_value:type_name -> ruled.abi.v1.ValueList
+	7,  // 3: ruled.abi.v1.Value.map_value:type_name -> ruled.abi.v1.ValueMap
+	0,  // 4: ruled.abi.v1.Value.request_field:type_name -> ruled.abi.v1.RequestField
+	5,  // 5: ruled.abi.v1.ValueList.values:type_name -> ruled.abi.v1.Value
+	19, // 6: ruled.abi.v1.ValueMap.fields:type_name -> ruled.abi.v1.ValueMap.FieldsEntry
+	7,  // 7: ruled.abi.v1.ConfigureRequest.config:type_name -> ruled.abi.v1.ValueMap
+	18, // 8: ruled.abi.v1.ConfigureResponse.template:type_name -> ruled.abi.v1.StepResponse
+	20, // 9: ruled.abi.v1.DecideRequest.attrs:type_name -> ruled.abi.v1.DecideRequest.AttrsEntry
+	11, // 10: ruled.abi.v1.DecideResponse.decision:type_name -> ruled.abi.v1.Decision
+	5,  // 11: ruled.abi.v1.EvalRequest.args:type_name -> ruled.abi.v1.Value
+	15, // 12: ruled.abi.v1.Reply.array_value:type_name -> ruled.abi.v1.ReplyArray
+	16, // 13: ruled.abi.v1.Reply.error:type_name -> ruled.abi.v1.Error
+	14, // 14: ruled.abi.v1.ReplyArray.elems:type_name -> ruled.abi.v1.Reply
+	21, // 15: ruled.abi.v1.StepRequest.attrs:type_name -> ruled.abi.v1.StepRequest.AttrsEntry
+	14, // 16: ruled.abi.v1.StepRequest.reply:type_name -> ruled.abi.v1.Reply
+	11, // 17: ruled.abi.v1.StepResponse.decision:type_name -> ruled.abi.v1.Decision
+	13, // 18: ruled.abi.v1.StepResponse.call:type_name -> ruled.abi.v1.EvalRequest
+	5,  // 19: ruled.abi.v1.ValueMap.FieldsEntry.value:type_name -> ruled.abi.v1.Value
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_sdk_abi_ruled_proto_init() }
@@ -1693,6 +1798,7 @@ func file_sdk_abi_ruled_proto_init() {
 		(*Value_ListValue)(nil),
 		(*Value_MapValue)(nil),
 		(*Value_DurationNs)(nil),
+		(*Value_RequestField)(nil),
 	}
 	file_sdk_abi_ruled_proto_msgTypes[13].OneofWrappers = []any{
 		(*Reply_NullValue)(nil),
@@ -1706,13 +1812,14 @@ func file_sdk_abi_ruled_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_abi_ruled_proto_rawDesc), len(file_sdk_abi_ruled_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_sdk_abi_ruled_proto_goTypes,
 		DependencyIndexes: file_sdk_abi_ruled_proto_depIdxs,
+		EnumInfos:         file_sdk_abi_ruled_proto_enumTypes,
 		MessageInfos:      file_sdk_abi_ruled_proto_msgTypes,
 	}.Build()
 	File_sdk_abi_ruled_proto = out.File

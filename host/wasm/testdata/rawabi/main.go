@@ -38,7 +38,7 @@ func initialize(ptr, n uint32) uint64 {
 
 //go:wasmexport ruled_configure
 func configure(ptr, n uint32) uint64 {
-	out = (&abi.ConfigureResponse{}).Append(out[:0])
+	out, _ = (&abi.ConfigureResponse{}).Append(out[:0])
 	return abi.Pack(addr(out), uint32(len(out)))
 }
 
