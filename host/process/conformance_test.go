@@ -206,3 +206,25 @@ func TestStepsOfCallersThatGiveUpLeaveTheOthersTheirAnswers(t *testing.T) {
 	}
 	t.Logf("%d of 1600 impatient calls gave up", gaveUp.Load())
 }
+
+// TestTemplatesStartDecisionsWithoutTheProcess checks that a decision under
+// a config the process answered a template for sends it no step, and
+// decides as the process's own steps and the native plugin do.
+func TestTemplatesStartDecisionsWithoutTheProcess(t *testing.T) {
+	env := plugintest.NewEnv(t)
+	native := fixedwindow.New()
+	templated := builtinProcess(t, fixedwindow.Name)
+	stepped := load(t, binary(t, builtinPkg), process.Options{Env: []string{"RULED_TEST_PLUGIN=" + fixedwindow.Name}, NoTemplates: true})
+	raw := map[string]any{"limit": 7, "window": "500ms", "offset": "1us"}
+	steps := plugintest.RandomSteps(rand.New(rand.NewPCG(7, 7)), 200, plugintest.StepOptions{Subjects: 2,
+		MaxAdvance: 90 * time.Millisecond, MinHits: -2, MaxHits: 5, Dedup: 0.4, BestEffort: 0.3})
+	sameDecisions(t, env, native, templated, raw, steps)
+	sameDecisions(t, env, native, stepped, raw, steps)
+	n := uint64(len(steps))
+	if sent, tmpl := templated.StepCounts(); sent != 0 || tmpl != n {
+		t.Errorf("with templates: %d steps sent, %d templated for %d decisions", sent, tmpl, n)
+	}
+	if sent, tmpl := stepped.StepCounts(); sent != n || tmpl != 0 {
+		t.Errorf("NoTemplates: %d steps sent, %d templated for %d decisions", sent, tmpl, n)
+	}
+}

@@ -102,6 +102,11 @@ type Options struct {
 	// Logger receives the plugin's log lines, its stdout and stderr, and the
 	// driver's own messages. Default slog.Default().
 	Logger *slog.Logger
+	// NoTemplates sends every decision's first step to the process, even
+	// under a config the process answered a template for (sdk.Templater),
+	// which ruled otherwise expands itself: slower, for checking that the
+	// two agree.
+	NoTemplates bool
 }
 
 func (o *Options) fill() {
@@ -148,8 +153,10 @@ type Plugin struct {
 	inflight atomic.Int64
 	closed   atomic.Bool
 	restarts atomic.Uint64
-	// hostEvals counts the process's Eval calls back to ruled.
-	hostEvals atomic.Uint64
+	// hostEvals counts the process's Eval calls back to ruled;
+	// processSteps the steps sent to it, templated the decisions started
+	// from a config's template instead.
+	hostEvals, processSteps, templated atomic.Uint64
 
 	// cfgMu orders Configure (readers) against the replay of configs to a
 	// restarted process (the writer), so that no config is missed.
@@ -302,6 +309,12 @@ func (p *Plugin) Steps() bool { return p.steps }
 // (through the Host service): none for a plugin that decides in steps.
 func (p *Plugin) HostEvals() uint64 { return p.hostEvals.Load() }
 
+// StepCounts returns how many steps were sent to the process, and how many
+// decisions started from a config's template without one (sdk.Templater).
+func (p *Plugin) StepCounts() (sent, templated uint64) {
+	return p.processSteps.Load(), p.templated.Load()
+}
+
 // Path returns the absolute path of the executable.
 func (p *Plugin) Path() string { return p.path }
 
@@ -343,8 +356,9 @@ func (p *Plugin) downError() error {
 // parsed config by. The pointer to the plugin keeps it out of the tiny
 // allocator, so that its cleanup runs.
 type config struct {
-	p  *Plugin
-	id uint64
+	p        *Plugin
+	id       uint64
+	template *sdk.Step // the process's template for the config, nil when none
 }
 
 // Configure implements sdk.Algorithm. The process validates raw and keeps
@@ -382,10 +396,17 @@ func (p *Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	if err := abi.ConfigError(resp.GetErrors()); err != nil {
 		return nil, err
 	}
+	answer, err := pluginrpc.ConfigureResponseFromPB(resp)
+	if err != nil {
+		return nil, fmt.Errorf("process plugin %s: configure: %w", p.info.Name, err)
+	}
 	p.mu.Lock()
 	p.configs[id] = msg
 	p.mu.Unlock()
 	c := &config{p: p, id: id}
+	if p.steps && !p.opts.NoTemplates {
+		c.template = answer.Template
+	}
 	runtime.AddCleanup(c, p.forget, id)
 	return c, nil
 }
@@ -448,9 +469,15 @@ func (p *Plugin) Decide(ctx context.Context, h sdk.Host, c sdk.Config, r sdk.Req
 // with ruled running the script calls between them.
 type stepper Plugin
 
-// Start implements sdk.Steps with a first step.
+// Start implements sdk.Steps: the config's template expanded for r when
+// the process answered one, else a first step on the steps socket.
 func (s *stepper) Start(ctx context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
-	req := abi.StartStep(c.(*config).id, r)
+	cfg := c.(*config)
+	if cfg.template != nil {
+		s.templated.Add(1)
+		return sdk.Expand(*cfg.template, r), nil
+	}
+	req := abi.StartStep(cfg.id, r)
 	return (*Plugin)(s).step(ctx, &req)
 }
 
@@ -466,6 +493,7 @@ func (p *Plugin) step(ctx context.Context, req *abi.StepRequest) (sdk.Step, erro
 	if in == nil {
 		return sdk.Step{}, p.downError()
 	}
+	p.processSteps.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
 	resp, err := in.stepper.call(cctx, req)
 	cancel()

@@ -201,10 +201,19 @@ func (s *server) Configure(_ context.Context, req *pluginpb.ConfigureRequest) (*
 	if err != nil {
 		return &abipb.ConfigureResponse{Errors: pluginrpc.ConfigErrors(err, nil)}, nil
 	}
+	var resp abi.ConfigureResponse
+	if t, ok := s.alg.(sdk.Templater); ok {
+		if tmpl, ok := t.Template(cfg); ok {
+			if err := sdk.CheckTemplate(tmpl); err != nil {
+				return nil, fmt.Errorf("process: %T.Template: %w", s.alg, err)
+			}
+			resp.Template = &tmpl
+		}
+	}
 	s.mu.Lock()
 	s.configs[creq.ConfigID] = cfg
 	s.mu.Unlock()
-	return &abipb.ConfigureResponse{}, nil
+	return pluginrpc.ConfigureResponseToPB(&resp)
 }
 
 func (s *server) configure(raw map[string]any) (cfg sdk.Config, err error) {

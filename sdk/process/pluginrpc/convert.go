@@ -77,6 +77,31 @@ func ConfigureFromPB(m *abipb.ConfigureRequest) (abi.ConfigureRequest, error) {
 	return req, req.Decode(b)
 }
 
+// ConfigureResponseToPB converts the answer to a Configure, its template
+// encoded with sdk/abi's codec (request fields included).
+func ConfigureResponseToPB(resp *abi.ConfigureResponse) (*abipb.ConfigureResponse, error) {
+	b, err := resp.Append(nil)
+	if err != nil {
+		return nil, fmt.Errorf("pluginrpc: configure response: %w", err)
+	}
+	m := &abipb.ConfigureResponse{}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("pluginrpc: configure response: %w", err)
+	}
+	return m, nil
+}
+
+// ConfigureResponseFromPB decodes the answer to a Configure with sdk/abi's
+// codec, which refuses a malformed template.
+func ConfigureResponseFromPB(m *abipb.ConfigureResponse) (abi.ConfigureResponse, error) {
+	var resp abi.ConfigureResponse
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return resp, fmt.Errorf("pluginrpc: configure response: %w", err)
+	}
+	return resp, resp.Decode(b)
+}
+
 // ConfigErrors returns the messages of the leaves of an errors.Join tree,
 // one problem each, as ConfigureResponse.errors carries them.
 func ConfigErrors(err error, out []string) []string {
