@@ -124,7 +124,7 @@ func (b *wasmBuiltin) module() (*wasm.Plugin, error) {
 	}
 	start := time.Now()
 	ctx := context.Background() // instantiation has its own deadline
-	w, err := wasm.Load(ctx, b.path, b.opts)
+	w, err := b.pools.load(func() (*wasm.Plugin, error) { return wasm.Load(ctx, b.path, b.opts) })
 	if err != nil {
 		return nil, fmt.Errorf("the built-in %s runs as Wasm (--builtins=wasm): %w", name, err)
 	}

@@ -39,7 +39,7 @@ func pluginLoader(log *slog.Logger, wopts wasm.Options, pools *wasmPools) host.P
 			if err != nil {
 				return nil, err
 			}
-			w, err := wasm.LoadBytes(ctx, d.Wasm, bin, wopts)
+			w, err := pools.load(func() (*wasm.Plugin, error) { return wasm.LoadBytes(ctx, d.Wasm, bin, wopts) })
 			if err != nil || pools == nil {
 				return w, err
 			}

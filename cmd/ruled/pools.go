@@ -17,6 +17,7 @@ import (
 // not reported leaves the metric alone.
 type wasmPools struct {
 	register func(plugin string, stats func() (idle, busy int)) // RegisterPool
+	heap     *staticHeap                                        // counts each module's static heap once; nil: no one does
 
 	mu   sync.Mutex
 	live map[string][]*wasm.Plugin // by name, oldest first
@@ -25,6 +26,15 @@ type wasmPools struct {
 // newWasmPools returns a wasmPools that registers with register.
 func newWasmPools(register func(plugin string, stats func() (idle, busy int))) *wasmPools {
 	return &wasmPools{register: register, live: map[string][]*wasm.Plugin{}}
+}
+
+// load runs load, which loads a Wasm module, measuring its static heap
+// when p has a staticHeap. p may be nil.
+func (p *wasmPools) load(load func() (*wasm.Plugin, error)) (*wasm.Plugin, error) {
+	if p == nil || p.heap == nil {
+		return load()
+	}
+	return p.heap.measure(load)
 }
 
 // add reports w as the pool of the plugin name.
@@ -40,6 +50,9 @@ func (p *wasmPools) add(name string, w *wasm.Plugin) {
 func (p *wasmPools) remove(name string, w *wasm.Plugin) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.heap != nil {
+		p.heap.forget(w)
+	}
 	ws := p.live[name]
 	i := slices.Index(ws, w)
 	if i < 0 {

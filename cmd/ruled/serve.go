@@ -34,6 +34,7 @@ import (
 )
 
 type serveConfig struct {
+	gcOwned      bool // GOGC is not set: the daemon owns the collector's target (tuneGC)
 	rules        string
 	listen       string
 	redis        string
@@ -170,7 +171,7 @@ func serveWith(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		fmt.Fprintln(stderr, "ruled serve: --client-refunds=admin needs --admin-token")
 		return 2
 	}
-	tuneGC(log, os.LookupEnv, memlimit.FromCgroup)
+	c.gcOwned = tuneGC(log, os.LookupEnv, memlimit.FromCgroup)
 	redis.SetLogger(redisLogger{log})
 	if err := runServer(ctx, c, log, stderr); err != nil {
 		log.Error("ruled stopped", "err", err)
@@ -243,6 +244,9 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		}
 	}
 	pools := newWasmPools(m.RegisterPool) // every Wasm module's instances
+	if c.gcOwned {
+		pools.heap = newStaticHeap(ctx, log) // and static heap
+	}
 	wopts, closeWasmCache := wasmOptions(log, pluginCallTimeout(c.redisTimeout), c.dataDir)
 	defer closeWasmCache()
 	builtins, stopBuiltins, err := builtinPlugins(c.builtins, c.pluginsDir, wopts, pools)
