@@ -64,7 +64,11 @@ export function ruled_init(ptr: usize, len: usize): u64 {
   return answer(info);
 }
 
-/** ConfigureRequest in, ConfigureResponse out: the problems, each prefixed with its key. */
+/**
+ * ConfigureRequest in, ConfigureResponse out: the problems, each prefixed with its key, or for a valid
+ * config its template: the step every request starts with, the request's hits left to ruled, which then
+ * starts decisions without calling ruled_step (docs/abi.md, "Templates").
+ */
 export function ruled_configure(ptr: usize, len: usize): u64 {
   const req = request(ptr, len);
   if (req == null) return 0;
@@ -79,7 +83,10 @@ export function ruled_configure(ptr: usize, len: usize): u64 {
   const errors = new Array<string>();
   const c = configure(fields, errors);
   const resp = new Writer();
-  if (c != null) configs.set(id, c);
+  if (c != null) {
+    configs.set(id, c);
+    resp.message(2, step(c, 0, true));
+  }
   for (let i = 0; i < errors.length; i++) resp.string(1, errors[i]);
   return answer(resp);
 }
@@ -135,21 +142,34 @@ export function ruled_step(ptr: usize, len: usize): u64 {
   } else if (resume) {
     resp.string(2, "__NAME__: one step decides; nothing to resume");
   } else {
-    const c = configs.get(id);
-    const call = new Writer();
-    call.string(1, "decide");
-    call.string(2, "n"); // the subject's key, in the plugin's and the rule's namespace
-    const args: i64[] = [c.limit, c.windowUs, hits];
-    for (let i = 0; i < args.length; i++) {
-      const v = new Writer();
-      v.sint(2, args[i]);
-      call.message(3, v);
-    }
-    resp.message(4, call);
-    resp.boolean(5, true); // the reply is the decision
-    resp.sint(6, c.windowUs);
+    return answer(step(configs.get(id), hits, false));
   }
   return answer(resp);
+}
+
+/**
+ * The StepResponse that runs the script on the subject's key, its reply the decision: ruled_step's
+ * answer, or with template the config's template, whose hits argument is the request field.
+ */
+function step(c: Config, hits: i64, template: bool): Writer {
+  const call = new Writer();
+  call.string(1, "decide");
+  call.string(2, "n"); // the subject's key, in the plugin's and the rule's namespace
+  const args: i64[] = [c.limit, c.windowUs];
+  for (let i = 0; i < args.length; i++) {
+    const v = new Writer();
+    v.sint(2, args[i]);
+    call.message(3, v);
+  }
+  const h = new Writer();
+  if (template) h.uint(11, 1); // request_field: REQUEST_FIELD_HITS
+  else h.sint(2, hits);
+  call.message(3, h);
+  const resp = new Writer();
+  resp.message(4, call);
+  resp.boolean(5, true); // the reply is the decision
+  resp.sint(6, c.windowUs);
+  return resp;
 }
 
 /**

@@ -121,6 +121,11 @@ export class Writer {
     this.varint(b ? 1 : 0);
   }
 
+  uint(field: u32, v: u64): void {
+    this.tag(field, 0);
+    this.varint(v);
+  }
+
   sint(field: u32, v: i64): void {
     this.tag(field, 0);
     this.varint(<u64>((v << 1) ^ (v >> 63)));

@@ -113,7 +113,10 @@ pub extern "C" fn ruled_init(ptr: u32, len: u32) -> u64 {
 }
 
 /// `ConfigureRequest` in, `ConfigureResponse` out: the config's problems,
-/// each prefixed with its key so that ruled reports it at that key.
+/// each prefixed with its key so that ruled reports it at that key, or for
+/// a valid config its template: the step every request starts with, with
+/// the request's hits left to ruled, which then starts decisions without
+/// calling `ruled_step` (docs/abi.md, "Templates").
 #[no_mangle]
 pub extern "C" fn ruled_configure(ptr: u32, len: u32) -> u64 {
     call(ptr, len, |g, req| {
@@ -130,6 +133,7 @@ pub extern "C" fn ruled_configure(ptr: u32, len: u32) -> u64 {
         let mut resp = Writer::new();
         match configure(&fields) {
             Ok(c) => {
+                resp.message(2, &step(&c, Hits::Field));
                 g.configs.insert(id, c);
             }
             Err(errors) => {
@@ -190,24 +194,44 @@ pub extern "C" fn ruled_step(ptr: u32, len: u32) -> u64 {
         }
         let mut resp = Writer::new();
         match g.configs.get(&id) {
-            Some(c) if !resume => {
-                let mut eval = Writer::new();
-                eval.string(1, "decide");
-                eval.string(2, "n"); // the subject's key, in the plugin's and the rule's namespace
-                for arg in [c.limit, c.window_us, hits] {
-                    let mut value = Writer::new();
-                    value.sint(2, arg);
-                    eval.message(3, &value);
-                }
-                resp.message(4, &eval);
-                resp.boolean(5, true); // the reply is the decision
-                resp.sint(6, c.window_us);
-            }
+            Some(c) if !resume => resp = step(c, Hits::Value(hits)),
             Some(_) => resp.string(2, "__NAME__: one step decides; nothing to resume"),
             None => resp.string(2, &format!("__NAME__: no config {}", id)),
         }
         Some(resp.into_bytes())
     })
+}
+
+/// A step's hits argument: the request's, or in a template the field that
+/// stands for it.
+enum Hits {
+    Value(i64),
+    Field,
+}
+
+/// The `StepResponse` that runs the script on the subject's key, its reply
+/// the decision: `ruled_step`'s answer, and with `Hits::Field` the config's
+/// template.
+fn step(c: &Config, hits: Hits) -> Writer {
+    let mut eval = Writer::new();
+    eval.string(1, "decide");
+    eval.string(2, "n"); // the subject's key, in the plugin's and the rule's namespace
+    for arg in [c.limit, c.window_us] {
+        let mut value = Writer::new();
+        value.sint(2, arg);
+        eval.message(3, &value);
+    }
+    let mut value = Writer::new();
+    match hits {
+        Hits::Value(n) => value.sint(2, n),
+        Hits::Field => value.uint(11, 1), // request_field: REQUEST_FIELD_HITS
+    }
+    eval.message(3, &value);
+    let mut resp = Writer::new();
+    resp.message(4, &eval);
+    resp.boolean(5, true); // the reply is the decision
+    resp.sint(6, c.window_us);
+    resp
 }
 
 /// `DecideRequest` in, `DecideResponse` out. ruled asks a module that

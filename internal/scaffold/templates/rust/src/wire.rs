@@ -137,6 +137,11 @@ impl Writer {
         self.varint(u64::from(b));
     }
 
+    pub fn uint(&mut self, field: u32, v: u64) {
+        self.tag(field, 0);
+        self.varint(v);
+    }
+
     pub fn sint(&mut self, field: u32, v: i64) {
         self.tag(field, 0);
         self.varint(((v << 1) ^ (v >> 63)) as u64);
