@@ -154,9 +154,9 @@ type Plugin struct {
 	closed   atomic.Bool
 	restarts atomic.Uint64
 	// hostEvals counts the process's Eval calls back to ruled;
-	// processSteps the steps sent to it, templated the decisions started
-	// from a config's template instead.
-	hostEvals, processSteps, templated atomic.Uint64
+	// processSteps the steps sent to it (none for a decision started from
+	// a config's template).
+	hostEvals, processSteps atomic.Uint64
 
 	// cfgMu orders Configure (readers) against the replay of configs to a
 	// restarted process (the writer), so that no config is missed.
@@ -309,11 +309,9 @@ func (p *Plugin) Steps() bool { return p.steps }
 // (through the Host service): none for a plugin that decides in steps.
 func (p *Plugin) HostEvals() uint64 { return p.hostEvals.Load() }
 
-// StepCounts returns how many steps were sent to the process, and how many
-// decisions started from a config's template without one (sdk.Templater).
-func (p *Plugin) StepCounts() (sent, templated uint64) {
-	return p.processSteps.Load(), p.templated.Load()
-}
+// StepsSent returns how many steps were sent to the process: none for a
+// decision started from a config's template (sdk.Templater).
+func (p *Plugin) StepsSent() uint64 { return p.processSteps.Load() }
 
 // Path returns the absolute path of the executable.
 func (p *Plugin) Path() string { return p.path }
@@ -474,7 +472,6 @@ type stepper Plugin
 func (s *stepper) Start(ctx context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
 	cfg := c.(*config)
 	if cfg.template != nil {
-		s.templated.Add(1)
 		return sdk.Expand(*cfg.template, r), nil
 	}
 	req := abi.StartStep(cfg.id, r)

@@ -185,17 +185,17 @@ func TestTemplatesStartDecisionsWithoutTheGuest(t *testing.T) {
 		sameDecisions(t, env, native, w, raw, steps)
 	}
 	n := uint64(len(steps))
-	if s := templated.Stats(); s.GuestSteps != 0 || s.Templated != n {
-		t.Errorf("with templates: %d guest steps, %d templated for %d decisions", s.GuestSteps, s.Templated, n)
+	if s := templated.Stats(); s.GuestSteps != 0 {
+		t.Errorf("with templates: %d guest steps for %d decisions", s.GuestSteps, n)
 	}
-	if s := stepped.Stats(); s.GuestSteps != n || s.Templated != 0 {
-		t.Errorf("NoTemplates: %d guest steps, %d templated for %d decisions", s.GuestSteps, s.Templated, n)
+	if s := stepped.Stats(); s.GuestSteps != n {
+		t.Errorf("NoTemplates: %d guest steps for %d decisions", s.GuestSteps, n)
 	}
 
 	// A calendar window has no template: its steps run in the guest.
 	cal := map[string]any{"limit": 3, "calendar": "hour"}
 	sameDecisions(t, env, native, templated, cal, steps[:20])
-	if s := templated.Stats(); s.GuestSteps < 20 || s.Templated != n {
-		t.Errorf("calendar: %d guest steps, %d templated", s.GuestSteps, s.Templated)
+	if s := templated.Stats(); s.GuestSteps < 20 {
+		t.Errorf("calendar: %d guest steps for 20 decisions", s.GuestSteps)
 	}
 }

@@ -154,7 +154,7 @@ type Plugin struct {
 
 	created, discarded, recycled, closedInstances atomic.Uint64
 	maxMemory                                     atomic.Uint32
-	guestSteps, templated                         atomic.Uint64
+	guestSteps                                    atomic.Uint64
 }
 
 var _ sdk.Algorithm = (*Plugin)(nil)
@@ -487,7 +487,6 @@ type stepper Plugin
 func (s *stepper) Start(ctx context.Context, c sdk.Config, r sdk.Request) (sdk.Step, error) {
 	cfg := c.(*config)
 	if cfg.template != nil {
-		s.templated.Add(1)
 		return sdk.Expand(*cfg.template, r), nil
 	}
 	req := abi.StartStep(cfg.id, r)
@@ -531,9 +530,9 @@ type Stats struct {
 	// Trimmed counts instances closed because no call needed them for
 	// Options.IdleTimeout.
 	Trimmed uint64
-	// GuestSteps counts ruled_step calls; Templated the decisions started
-	// from a config's template, without one.
-	GuestSteps, Templated uint64
+	// GuestSteps counts ruled_step calls: none for a decision started
+	// from a config's template.
+	GuestSteps uint64
 	// Configs is the number of configs in use.
 	Configs int
 	// MaxMemory is the largest linear memory, in bytes, any instance has
@@ -547,7 +546,7 @@ func (p *Plugin) Stats() Stats {
 	created := p.created.Load()
 	return Stats{Instances: int(created - closed), Idle: p.pool.idleCount(), Created: created, Trimmed: p.pool.trimmed.Load(),
 		Discarded: p.discarded.Load(), Recycled: p.recycled.Load(), Configs: p.liveConfigs(), MaxMemory: p.maxMemory.Load(),
-		GuestSteps: p.guestSteps.Load(), Templated: p.templated.Load()}
+		GuestSteps: p.guestSteps.Load()}
 }
 
 // Close waits, until ctx is done, for calls in progress to finish, then
