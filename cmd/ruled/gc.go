@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
-
-	"github.com/ruled-dev/ruled/host/wasm"
 )
 
 // daemonGCPercent is the daemons' garbage collection target when GOGC is
@@ -146,14 +144,9 @@ func liveHeap() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// measure runs load, which loads a Wasm module, and records what it added
-// to the live heap, collecting garbage before and after.
-func (h *staticHeap) measure(load func() (*wasm.Plugin, error)) (*wasm.Plugin, error) {
-	return measureLoad(h, load)
-}
-
-// measureLoad is measure for any kind of module, keyed by what load
-// returns.
+// measureLoad runs load, which loads a module (a Wasm module in the
+// daemon), and records what it added to the live heap under what load
+// returns, collecting garbage before and after.
 func measureLoad[M comparable](h *staticHeap, load func() (M, error)) (M, error) {
 	h.loadMu.Lock()
 	defer h.loadMu.Unlock()

@@ -34,7 +34,7 @@ func (p *wasmPools) load(load func() (*wasm.Plugin, error)) (*wasm.Plugin, error
 	if p == nil || p.heap == nil {
 		return load()
 	}
-	return p.heap.measure(load)
+	return measureLoad(p.heap, load)
 }
 
 // add reports w as the pool of the plugin name.

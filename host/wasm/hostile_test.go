@@ -337,6 +337,31 @@ func TestModuleBreakingTheABIIsDiscarded(t *testing.T) {
 	}
 }
 
+// TestMalformedTemplateFailsConfigure checks docs/abi.md's promise for a
+// guest written without sdk/guest: a template that calls no script or names
+// an unknown request field fails ruled_configure, the instance is discarded
+// and the config is refused; the next config loads.
+func TestMalformedTemplateFailsConfigure(t *testing.T) {
+	p := shared(t, "rawabi", "testdata/rawabi", wasm.Options{PoolSize: 2, Prewarm: 1})
+	for mode, want := range map[string]string{
+		"no-call":       "template calls no script",
+		"unknown-field": "unknown request field 9",
+	} {
+		before := p.Stats().Discarded
+		_, err := p.Configure(map[string]any{"template": mode})
+		var ce *wasm.CallError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "ruled_configure") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want a ruled_configure failure naming %q", mode, err, want)
+		}
+		if p.Stats().Discarded != before+1 {
+			t.Errorf("%s: instance kept", mode)
+		}
+		if _, err := p.Configure(nil); err != nil {
+			t.Fatalf("after %s: %v", mode, err)
+		}
+	}
+}
+
 func TestInspect(t *testing.T) {
 	m, err := wasm.Inspect(context.Background(), module(t, hostilePkg))
 	if err != nil {

@@ -1,5 +1,6 @@
 // Command rawabi implements ABI v1 by hand, without sdk/guest, and breaks
-// it on request: the subject of a decision picks the fault.
+// it on request: the subject of a decision picks the fault, the config's
+// "template" a malformed template.
 package main
 
 import (
@@ -36,9 +37,27 @@ func initialize(ptr, n uint32) uint64 {
 	return abi.Pack(addr(out), uint32(len(out)))
 }
 
+// badTemplates are ConfigureResponses, encoded by hand as a guest in
+// another language would, whose template the host must refuse: by the
+// config's "template".
+var badTemplates = map[string][]byte{
+	// template {decides: true}: no call.
+	"no-call": {0x12, 0x02, 0x28, 0x01},
+	// template {call {script "decide", args [request_field 9]}}.
+	"unknown-field": {0x12, 0x0e, 0x22, 0x0c, 0x0a, 0x06, 'd', 'e', 'c', 'i', 'd', 'e', 0x1a, 0x02, 0x58, 0x09},
+}
+
 //go:wasmexport ruled_configure
 func configure(ptr, n uint32) uint64 {
-	out, _ = (&abi.ConfigureResponse{}).Append(out[:0])
+	var req abi.ConfigureRequest
+	if err := req.Decode(in[:n]); err != nil {
+		return 0
+	}
+	if mode, _ := req.Config["template"].(string); badTemplates[mode] != nil {
+		out = append(out[:0], badTemplates[mode]...)
+	} else {
+		out, _ = (&abi.ConfigureResponse{}).Append(out[:0])
+	}
 	return abi.Pack(addr(out), uint32(len(out)))
 }
 
