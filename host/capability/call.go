@@ -72,9 +72,9 @@ func (d *deadlines) at(now time.Time) *deadline {
 	return dl
 }
 
-// callCtx is a call's context when its parent can never be cancelled and
-// has no deadline (the engine's usual context.Background): the parent's
-// values, the shared deadline's Deadline, Done and Err.
+// callCtx is a call's context when the capability's time-out is its
+// tightest bound: the parent's values, the shared deadline's Deadline, Done
+// and Err.
 type callCtx struct {
 	context.Context // the parent, for Value
 	dl              *deadline
@@ -102,27 +102,30 @@ type callBuf struct {
 
 // bound returns ctx bounded by the capability's time-out for a call that
 // starts at now, and by deadline when that comes first (unless zero), and
-// the function to call when the call is done. Where ctx can never be
-// cancelled and the time-out comes first, the bound context is cb.ctx over
-// a shared deadline (no allocation, no timer); where ctx's own deadline
-// comes first, ctx itself; otherwise a context.WithDeadline of ctx, so that
-// the caller's cancellation still ends the wait. callers is true when the
-// bound is the caller's (ctx's or deadline), not the capability's time-out.
+// the function to call when the call is done. Where ctx's own deadline
+// comes first, it is ctx itself; where deadline does, a
+// context.WithDeadline of ctx; otherwise (the time-out comes first, the
+// usual case) cb.ctx over a shared deadline: no allocation, no timer. That
+// context does not end when ctx is cancelled: a call, once sent, is waited
+// for until Redis answers or the time-out, and call names a hang-up as the
+// cause of its error afterwards (a context.WithDeadline of a cancellable
+// ctx, such as an RPC's, cost a timer and its lock twice per call).
+// callers is true when the bound is the caller's (ctx's or deadline), not
+// the capability's time-out.
 func (c *Capability) bound(ctx context.Context, now, deadline time.Time, cb *callBuf) (_ context.Context, _ context.CancelFunc, callers bool) {
 	limit := now.Add(c.timeout)
 	if !deadline.IsZero() && deadline.Before(limit) {
 		limit, callers = deadline, true
 	}
-	parent, has := ctx.Deadline()
-	switch {
-	case !has && ctx.Done() == nil && !callers:
-		cb.ctx = callCtx{Context: ctx, dl: c.deadlines.at(now)}
-		return &cb.ctx, nop, false
-	case has && !parent.After(limit):
+	if parent, has := ctx.Deadline(); has && !parent.After(limit) {
 		return ctx, nop, true // the caller's deadline is the tighter bound
 	}
-	ctx, cancel := context.WithDeadline(ctx, limit)
-	return ctx, cancel, callers
+	if callers {
+		ctx, cancel := context.WithDeadline(ctx, limit)
+		return ctx, cancel, true
+	}
+	cb.ctx = callCtx{Context: ctx, dl: c.deadlines.at(now)}
+	return &cb.ctx, nop, false
 }
 
 func nop() {}

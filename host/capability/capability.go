@@ -639,9 +639,14 @@ func (p *Plugin) call(ctx context.Context, deadline time.Time, rule, subject, sc
 		return sdk.Reply{}, err
 	}
 	start := now
+	caller := ctx
 	ctx, cancel, callers := p.cap.bound(ctx, start, deadline, cb)
 	defer cancel()
-	if err := ctx.Err(); err != nil {
+	err := caller.Err()
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
 		// The caller's time is spent, or it hung up: Redis was not asked.
 		// Only the first is an error of the call's to count: a hang-up is
 		// the client's doing.
@@ -655,7 +660,6 @@ func (p *Plugin) call(ctx context.Context, deadline time.Time, rule, subject, sc
 	cb.running = running{plugin: p.name, script: script, node: br.node, start: start}
 	p.cap.running.add(&cb.running)
 	var v any
-	var err error
 	// A call that ran out of time (its context, or the connection's
 	// deadline, which can fire before the context says so) may leave its
 	// script running on in Redis: it stays a suspect for the watchdog.
@@ -676,7 +680,9 @@ func (p *Plugin) call(ctx context.Context, deadline time.Time, rule, subject, sc
 		}
 	}
 	if err != nil && err != redis.Nil {
-		err = s.scriptErrors(script, classify(p.name, script, err))
+		// The bound context outlives a caller who hung up (bound): the
+		// hang-up is the cause, whatever the call ended with.
+		err = s.scriptErrors(script, classify(p.name, script, ctxFirst(caller, err)))
 		if ClassOf(err) == ClassBusy {
 			p.cap.nudgeWatchdog()
 		}

@@ -217,6 +217,19 @@ func testTimeoutAndBreaker(t *testing.T, pipe *redis.AutoPipelineOptions) {
 	if !c.Available() {
 		t.Fatal("the callers' deadlines opened the circuit")
 	}
+	for range 3 { // nor do callers who hang up while their call waits
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := time.AfterFunc(20*time.Millisecond, cancel)
+		_, err := h.Eval(ctx, "now", nil)
+		stop.Stop()
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("paused Redis, a caller who hung up: %v, want its cancellation named", err)
+		}
+	}
+	if !c.Available() {
+		t.Fatal("the callers' hang-ups opened the circuit")
+	}
 	for i := 0; i < 2; i++ {
 		start := time.Now()
 		_, err := h.Eval(context.Background(), "now", nil)
