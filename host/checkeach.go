@@ -21,12 +21,15 @@ import (
 // request the same way: the parts after it are not decided and their
 // results are empty. The observer hears one check for the request.
 func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
-	out := make([]Result, len(reqs))
 	if len(reqs) == 1 {
-		// One part: a check (AppendMatch applies replaces within it).
-		e.CheckInto(ctx, reqs[0], &out[0])
-		return out
+		// One part: a check (AppendMatch applies replaces within it),
+		// with room for one rule's result in the same allocation.
+		one := new(oneResult)
+		one.res[0].Results = one.rules[:0]
+		e.CheckInto(ctx, reqs[0], &one.res[0])
+		return one.res[:]
 	}
+	out := make([]Result, len(reqs))
 	if e.tracer != nil {
 		var span trace.Span
 		ctx, span = e.tracer.Start(ctx, "ruled.check_each")
@@ -70,4 +73,10 @@ func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
 	}
 	e.obs.Check(time.Since(start), allowed) // one request, one check
 	return out
+}
+
+// oneResult is the result of a request of one part, and its first rule's.
+type oneResult struct {
+	res   [1]Result
+	rules [1]RuleResult
 }

@@ -554,12 +554,15 @@ func callLen(keys []string, args []any) int { return 3 + len(keys) + 1 + len(arg
 
 // appendCall appends to call the command line of one call of s, as Redis
 // receives it: EVALSHA, the script's SHA1, the number of keys, the keys
-// under their prefix (fullKeys), under Options.Clock its time now
+// under their prefix (fullKeys; pointers to full's elements, which must
+// not change while the call runs), under Options.Clock its time now
 // (preludeClock), and args.
 func (p *Plugin) appendCall(call []any, s *script, full []string, args []any) []any {
 	call = append(call, "evalsha", s.hashArg, len(full))
-	for _, k := range full {
-		call = append(call, k)
+	for i := range full {
+		// A pointer to the key, which go-redis writes as the string:
+		// boxing the string itself would allocate a header per key.
+		call = append(call, &full[i])
 	}
 	if p.cap.clock != nil {
 		call = append(call, strconv.FormatInt(p.cap.clock(), 10))

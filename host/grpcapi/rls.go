@@ -197,10 +197,7 @@ func (s *RateLimitService) shouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		}
 	}
 	results := s.check.CheckEach(ctx, reqs)
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(reqs)),
-	}
+	resp := newResponse(len(reqs))
 	all := host.Result{Allowed: true}
 	for i := range results {
 		res := &results[i]
@@ -208,7 +205,7 @@ func (s *RateLimitService) shouldRateLimit(ctx context.Context, req *rlsv3.RateL
 			return nil, nil, status.Error(codes.InvalidArgument, fmt.Sprintf("descriptors[%d]: %v", i, res.BadRequest))
 		}
 		p, ok := reported(res)
-		resp.Statuses[i] = descriptorStatus(res, p, ok)
+		resp.status(i, res, p, ok)
 		if ok && !s.omitHeaders { // all is only for the headers
 			all.Results = append(all.Results, p)
 		}
@@ -221,7 +218,47 @@ func (s *RateLimitService) shouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	if !s.omitHeaders {
 		resp.ResponseHeadersToAdd = headersToAdd(&all)
 	}
-	return resp, results, nil
+	return resp.RateLimitResponse, results, nil
+}
+
+// response is a call's response and, in the same allocation, each
+// descriptor's status with its limit and reset: one allocation for the
+// usual call of one descriptor instead of five.
+type response struct {
+	*rlsv3.RateLimitResponse
+	parts []statusParts
+}
+
+// statusParts is one descriptor's status and the messages it points to.
+type statusParts struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// oneResponse is a response of one descriptor.
+type oneResponse struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	parts    [1]statusParts
+}
+
+// newResponse returns an OK response with room for n statuses.
+func newResponse(n int) response {
+	if n == 1 {
+		one := new(oneResponse)
+		one.resp.OverallCode, one.resp.Statuses = rlsv3.RateLimitResponse_OK, one.statuses[:]
+		return response{&one.resp, one.parts[:]}
+	}
+	return response{&rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}, make([]statusParts, n)}
+}
+
+// status sets the status of descriptor i (descriptorStatus).
+func (r response) status(i int, res *host.Result, p host.RuleResult, ok bool) {
+	parts := &r.parts[i]
+	descriptorStatus(&parts.status, &parts.limit, &parts.reset, res, p, ok)
+	r.Statuses[i] = &parts.status
 }
 
 // checkRequests maps each descriptor to a check (see the package comment).
@@ -236,13 +273,21 @@ func checkRequests(req *rlsv3.RateLimitRequest) ([]*host.CheckRequest, error) {
 	case len(ds) > MaxDescriptors:
 		return nil, fmt.Errorf("descriptors: at most %d per call, got %d", MaxDescriptors, len(ds))
 	}
-	out := make([]*host.CheckRequest, len(ds))
+	var out []*host.CheckRequest
+	var each []host.CheckRequest
+	if len(ds) == 1 {
+		one := new(oneCheck)
+		out, each = one.reqs[:], one.req[:]
+	} else {
+		out, each = make([]*host.CheckRequest, len(ds)), make([]host.CheckRequest, len(ds))
+	}
 	for i, d := range ds {
 		hits, err := descriptorHits(req, d)
 		if err != nil {
 			return nil, fmt.Errorf("descriptors[%d]: %w", i, err)
 		}
-		cr := &host.CheckRequest{Attrs: make(map[string]string, len(d.GetEntries())+4), Hits: hits}
+		cr := &each[i]
+		cr.Attrs, cr.Hits = make(map[string]string, len(d.GetEntries())+4), hits
 		for _, e := range d.GetEntries() {
 			cr.Attrs[e.GetKey()] = e.GetValue()
 			if e.GetKey() == RemoteAddressKey {
@@ -264,6 +309,13 @@ func checkRequests(req *rlsv3.RateLimitRequest) ([]*host.CheckRequest, error) {
 		out[i] = cr
 	}
 	return out, nil
+}
+
+// oneCheck is the check of a call of one descriptor and the slice that
+// passes it, in one allocation.
+type oneCheck struct {
+	reqs [1]*host.CheckRequest
+	req  [1]host.CheckRequest
 }
 
 // entryKeys is the keys of entries joined with commas, without a copy
@@ -352,8 +404,11 @@ func reported(res *host.Result) (host.RuleResult, bool) {
 // none left until its retry-after. A check an exempt rule admitted,
 // with no other limit, reports the most that can remain, as envoy
 // ratelimit's unlimited descriptors do.
-func descriptorStatus(res *host.Result, p host.RuleResult, ok bool) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+//
+// It fills st, which it points at limit and reset where it reports them.
+func descriptorStatus(st *rlsv3.RateLimitResponse_DescriptorStatus, limit *rlsv3.RateLimitResponse_RateLimit, reset *durationpb.Duration,
+	res *host.Result, p host.RuleResult, ok bool) {
+	st.Code = rlsv3.RateLimitResponse_OK
 	if !res.Allowed {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -361,20 +416,27 @@ func descriptorStatus(res *host.Result, p host.RuleResult, ok bool) *rlsv3.RateL
 		if res.Allowed && slices.ContainsFunc(res.Results, func(rr host.RuleResult) bool { return rr.Exempt }) {
 			st.LimitRemaining = math.MaxUint32
 		}
-		return st
+		return
 	}
-	st.CurrentLimit = RateLimitOf(p.Rule, p.Limit, p.Window)
+	setRateLimit(limit, p.Rule, p.Limit, p.Window)
+	st.CurrentLimit, st.DurationUntilReset = limit, reset
 	if p.Allowed && res.Allowed {
 		st.LimitRemaining = clampUint32(p.Remaining)
-		st.DurationUntilReset = durationpb.New(p.Reset)
-		return st
+		setDuration(reset, p.Reset)
+		return
 	}
 	// A denial has no quota left whatever the plugin counts (a sortedset
 	// min_gap denies with its rates' quota unspent, a request for more
 	// hits than remain leaves them), and its window ends when a retry may
 	// pass: the same numbers as the RateLimit header.
-	st.DurationUntilReset = durationpb.New(max(p.RetryAfter, res.RetryAfter))
-	return st
+	setDuration(reset, max(p.RetryAfter, res.RetryAfter))
+}
+
+// setDuration sets pd to d, as durationpb.New makes it.
+func setDuration(pd *durationpb.Duration, d time.Duration) {
+	nanos := d.Nanoseconds()
+	pd.Seconds = nanos / 1e9
+	pd.Nanos = int32(nanos - pd.Seconds*1e9)
 }
 
 // units are the Envoy units a window is expressed in, largest first. MONTH
@@ -399,9 +461,16 @@ var units = []struct {
 // unit_multiplier when that is over 1. A window that is not a whole number
 // of seconds is rounded up to one; a zero window has unit UNKNOWN.
 func RateLimitOf(name string, limit int64, window time.Duration) *rlsv3.RateLimitResponse_RateLimit {
-	rl := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clampUint32(limit)}
+	rl := new(rlsv3.RateLimitResponse_RateLimit)
+	setRateLimit(rl, name, limit, window)
+	return rl
+}
+
+// setRateLimit sets rl as RateLimitOf makes it.
+func setRateLimit(rl *rlsv3.RateLimitResponse_RateLimit, name string, limit int64, window time.Duration) {
+	rl.Name, rl.RequestsPerUnit = name, clampUint32(limit)
 	if window <= 0 {
-		return rl
+		return
 	}
 	secs := (window + time.Second - 1) / time.Second * time.Second
 	for _, u := range units {
@@ -414,7 +483,6 @@ func RateLimitOf(name string, limit int64, window time.Duration) *rlsv3.RateLimi
 		}
 		break
 	}
-	return rl
 }
 
 // headersToAdd is the RateLimit headers of the combined decision, for
