@@ -61,6 +61,10 @@ type ClientLease struct {
 	// per request instead. Reason says which rule and why.
 	Leasable bool
 	Reason   string
+	// OnError, when Leasable is false, is the on_error policy of the rule
+	// that cannot lease, for callers that must decide without asking
+	// (the RLQS server).
+	OnError rules.OnError
 	// Permits is how many requests the client may grant, one hit each,
 	// until TTL after it sent the request: at most the permits asked for,
 	// and no more than each rule's lease size. 0 means the rules deny now.
@@ -172,7 +176,7 @@ func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLeas
 	out := ClientLease{Leasable: true, TTL: ClientLeaseTTL, MaxPermits: MaxClientLease}
 	for _, sel := range sels {
 		if why := notLeasable(sel); why != "" {
-			return ClientLease{Reason: why}, nil
+			return ClientLease{Reason: why, OnError: sel.Rule.OnError}, nil
 		}
 		if !sel.Rule.Shadow {
 			out.MaxPermits = min(out.MaxPermits, sel.Rule.Lease)
@@ -278,6 +282,31 @@ func (cl *ClientLeases) Return(ctx context.Context, rets []*LeaseReturn) []Lease
 	}
 	return out
 }
+
+// GiveBack gives back the units of ret's holds that its lease did not
+// use, for a holder that keeps its own ledger of what it took and granted
+// (the RLQS server, host/rlqs): unlike Return, nothing is marked in Redis,
+// so a second GiveBack of the same lease would credit it twice. As with
+// Return, a lease within 2 × ReturnSlack of its deadline gives nothing
+// back (ErrLateReturn), and holds go back only to the rule that still
+// matches with the same subject.
+func (cl *ClientLeases) GiveBack(ctx context.Context, ret *LeaseReturn) (int64, error) {
+	if ret.Permits < 0 || ret.Unused < 0 || ret.Unused > ret.Permits {
+		return 0, fmt.Errorf("lease return: unused must be between 0 and the lease's %d permits, got %d", ret.Permits, ret.Unused)
+	}
+	if !ret.givesBack() {
+		return 0, nil
+	}
+	g := cl.e.gen.Load()
+	if cl.lateReturn(g, ret, time.Now()) {
+		return 0, ErrLateReturn
+	}
+	return cl.refundLease(ctx, g, ret)
+}
+
+// Rules returns the rule set Take decides on now: a holder that answers
+// from what it took before (the RLQS server) asks again when it changes.
+func (cl *ClientLeases) Rules() *rules.Set { return cl.e.Rules() }
 
 // givesBack reports whether some hold of ret has unused units to give back.
 func (ret *LeaseReturn) givesBack() bool {

@@ -8,11 +8,13 @@ import (
 	"net"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ruled-dev/ruled/host/grpcapi"
+	"github.com/ruled-dev/ruled/host/rlqs"
 )
 
 // grpcStopTimeout bounds the graceful stop of the gRPC server; past it the
@@ -37,6 +39,8 @@ type grpcOptions struct {
 	service grpcapi.ServiceOptions
 	envoy   *envoyServe // envoy ratelimit's connection ages; nil for ruled's
 	extra   []grpc.ServerOption
+	// rlqs, when not nil, is served too: Envoy's rate limit quota service.
+	rlqs *rlqs.Server
 }
 
 // startGRPC serves Envoy's rate limit service on o.addr and the gRPC
@@ -62,10 +66,13 @@ func startGRPC(o grpcOptions, c grpcapi.Checker, ready func(context.Context) err
 	h := grpcapi.NewHealth(log)
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := grpcapi.NewServer(c, h, log, o.service, opts...)
+	if o.rlqs != nil {
+		rlqsv3.RegisterRateLimitQuotaServiceServer(srv, o.rlqs)
+	}
 	g := &grpcServer{srv: srv, health: h, service: o.service, stopHealth: cancel, served: make(chan error, 1)}
 	go h.Follow(ctx, ready, grpcapi.DefaultHealthEvery)
 	go func() { g.served <- g.srv.Serve(ln) }()
-	log.Info("ruled serving gRPC (Envoy rate limit service)", "listen", ln.Addr().String(), "tls", o.tls != nil)
+	log.Info("ruled serving gRPC (Envoy rate limit service)", "listen", ln.Addr().String(), "tls", o.tls != nil, "rlqs", o.rlqs != nil)
 	return g, nil
 }
 

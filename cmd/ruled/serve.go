@@ -27,6 +27,7 @@ import (
 	"github.com/ruled-dev/ruled/host/grpcapi"
 	"github.com/ruled-dev/ruled/host/httpapi"
 	"github.com/ruled-dev/ruled/host/metrics"
+	"github.com/ruled-dev/ruled/host/rlqs"
 	"github.com/ruled-dev/ruled/host/store"
 	"github.com/ruled-dev/ruled/host/tracing"
 	"github.com/ruled-dev/ruled/host/ui"
@@ -49,6 +50,7 @@ type serveConfig struct {
 	pipeline     bool
 	isolate      bool
 	grpcListen   string
+	rlqsListen   string
 	debugListen  string
 	builtins     string
 	pluginsDir   string
@@ -125,6 +127,7 @@ func serveFlags(c *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.pipeline, "redis-pipeline", true, "coalesce the Redis calls of concurrent decisions into pipelines")
 	fs.BoolVar(&c.isolate, "redis-acl", true, "run each plugin's scripts as its own Redis ACL user (its keys and declared commands only), never as ruled's own; without ACL SETUSER rights the lines to run are logged and plugin rules follow on_error until the users exist")
 	fs.StringVar(&c.grpcListen, "grpc-listen", "", "gRPC listen address for Envoy's rate limit service (off when empty)")
+	fs.StringVar(&c.rlqsListen, "rlqs-listen", "", "gRPC listen address for Envoy's rate limit quota service, RLQS (off when empty)")
 	fs.StringVar(&c.debugListen, "debug-listen", "", "listen address for pprof under /debug/pprof/, apart from the API (off when empty; keep it on loopback)")
 	fs.StringVar(&c.builtins, "builtins", builtinsNative, "how the built-in plugins run: native (linked in) or wasm (each through the Wasm driver, from --plugins-dir)")
 	fs.StringVar(&c.pluginsDir, "plugins-dir", "bin/plugins", "directory of the built-ins' Wasm modules NAME.wasm for --builtins=wasm (make plugins writes them)")
@@ -389,14 +392,27 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 			httpTLS = nil // envoy ratelimit's HTTP listener is plaintext: its probes use HTTP
 		}
 	}
-	grpcSrv, err := startGRPC(grpcOptions{addr: c.grpcListen, tls: grpcTLS, envoy: c.envoy, extra: tr.GRPC(),
+	rlqsCtx, stopRLQS := context.WithCancel(context.Background())
+	defer stopRLQS()
+	quota, err := rlqs.NewServer(rlqsCtx, engine.ClientLeases(), rlqs.Options{Log: log})
+	if err != nil {
+		return err
+	}
+	grpcOpts := grpcOptions{addr: c.grpcListen, tls: grpcTLS, envoy: c.envoy, extra: tr.GRPC(),
 		service: grpcapi.ServiceOptions{RefuseRefunds: c.refunds != httpapi.RefundsAllow, OmitHeaders: c.envoy != nil && c.envoy.noRLSHeaders,
-			Observer: stats.CallObserver()}},
-		engine, ready, log)
+			Observer: stats.CallObserver()}}
+	grpcSrv, err := startGRPC(grpcOpts, engine, ready, log)
 	if err != nil {
 		return err
 	}
 	defer grpcSrv.Stop()
+	rlqsOpts := grpcOpts
+	rlqsOpts.addr, rlqsOpts.rlqs = c.rlqsListen, quota
+	rlqsSrv, err := startGRPC(rlqsOpts, engine, ready, log)
+	if err != nil {
+		return err
+	}
+	defer rlqsSrv.Stop()
 	var handler http.Handler = httpapi.New(httpapi.Options{
 		Checker:        engine,
 		Ready:          ready,
@@ -483,9 +499,13 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 			return fmt.Errorf("http server: %w", err)
 		case err := <-grpcSrv.Served():
 			return fmt.Errorf("grpc server: %w", err)
+		case err := <-rlqsSrv.Served():
+			return fmt.Errorf("rlqs server: %w", err)
 		case <-ctx.Done():
 			// gRPC health says NOT_SERVING first, then the listeners close.
 			grpcSrv.NotServing()
+			rlqsSrv.NotServing()
+			stopRLQS() // RLQS streams last as long as their clients: end them
 			log.Info("shutting down")
 			shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

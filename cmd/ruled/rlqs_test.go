@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	rlqsclient "github.com/ruled-dev/ruled/examples/clients/rlqs"
+	"github.com/ruled-dev/ruled/host/rlqs"
+)
+
+// rlqsRules are the rules the RLQS tests serve: a leased quota, a blocked
+// route, an exempt one, routes whose rules cannot lease (on_error: deny and
+// allow), and nothing for the rest.
+const rlqsRules = `rules:
+  - name: vip
+    when: attrs.route == "vip"
+    exempt: true
+  - name: api
+    when: attrs.route == "api"
+    subject: attrs.tenant
+    plugin: fixedwindow
+    config: {limit: 100, window: 1h}
+    lease: 10
+  - name: blocked
+    when: attrs.route == "blocked"
+    subject: attrs.tenant
+    plugin: fixedwindow
+    config: {limit: 0, window: 1h}
+    lease: 20
+  - name: unleased
+    when: attrs.route == "unleased"
+    subject: attrs.tenant
+    plugin: fixedwindow
+    config: {limit: 5, window: 1h}
+    on_error: deny
+  - name: unleased-open
+    when: attrs.route == "unleased-open"
+    subject: attrs.tenant
+    plugin: fixedwindow
+    config: {limit: 5, window: 1h}
+    on_error: allow
+`
+
+// rlqsDaemon starts the binary with --rlqs-listen and a managed Redis, on
+// rlqsRules in the file rules.
+func rlqsDaemon(t *testing.T, rules string) (*daemon, *grpc.ClientConn) {
+	t.Helper()
+	addr := freePort(t)
+	writeFile(t, filepath.Dir(rules), filepath.Base(rules), rlqsRules)
+	d := spawnDaemonAt(t, rules, "--rlqs-listen", addr)
+	d.waitReady(15 * time.Second)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return d, conn
+}
+
+// rlqsClient is a client reporting every interval on conn.
+func rlqsClient(t *testing.T, conn *grpc.ClientConn, interval time.Duration) *rlqsclient.Client {
+	t.Helper()
+	c, err := rlqsclient.New(conn, rlqsclient.Options{Domain: "edge", ReportInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// waitAssignment waits until the client holds an assignment for id that
+// has prefix, and returns it.
+func waitAssignment(t *testing.T, c *rlqsclient.Client, id map[string]string, prefix string) string {
+	t.Helper()
+	return waitAssignmentWithin(t, c, id, prefix, 10*time.Second)
+}
+
+// waitAssignmentWithin is waitAssignment, within d.
+func waitAssignmentWithin(t *testing.T, c *rlqsclient.Client, id map[string]string, prefix string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		a := c.Assignment(id)
+		if strings.HasPrefix(a, prefix) {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bucket %v: assignment %q, want %s…", id, a, prefix)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRLQSAssignsWhatTheRulesSay: each bucket's first request is reported
+// and the real binary assigns what its rules say: nothing limits a bucket
+// no rule matches or an exempt rule admits (ALLOW_ALL), a limit of 0 is
+// DENY_ALL, a rule that cannot lease follows its on_error (deny: DENY_ALL,
+// allow: ALLOW_ALL), and a leased quota is a token bucket of the lease
+// size.
+func TestRLQSAssignsWhatTheRulesSay(t *testing.T) {
+	_, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"))
+	c := rlqsClient(t, conn, time.Second)
+	for _, tc := range []struct {
+		route, want string
+	}{{"free", "allow_all"}, {"vip", "allow_all"}, {"blocked", "deny_all"}, {"unleased", "deny_all"},
+		{"unleased-open", "allow_all"}, {"api", "token_bucket max=10 "}} {
+		id := map[string]string{"route": tc.route, "tenant": "acme"}
+		if !c.Allow(id) {
+			t.Errorf("%s: the first request denied: Envoy admits while a bucket has no assignment", tc.route)
+		}
+		waitAssignment(t, c, id, tc.want)
+	}
+}
+
+// counterUsed is what the rule's counter for subject holds, from GET
+// /v1/admin/counters.
+func counterUsed(t *testing.T, d *daemon, rule, subject string) int64 {
+	t.Helper()
+	resp, err := http.Get(d.base + "/v1/admin/counters?rule=" + rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var page struct {
+		Counters []struct {
+			Subject string `json:"subject"`
+			Used    int64  `json:"used"`
+		} `json:"counters"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("counters: %d %s (%v)", resp.StatusCode, body, err)
+	}
+	for _, c := range page.Counters {
+		if c.Subject == subject {
+			return c.Used
+		}
+	}
+	return 0
+}
+
+// TestRLQSClientsStayWithinTheLimit: two and eight clients asking far more
+// than a fixed window's limit admit no more than the limit between them
+// (units are taken before the clients may grant them), and once they have
+// stopped, reported and gone, ruled's count is what they admitted: what
+// was taken and not granted goes back, and what they admitted without an
+// assignment (each client's first request) is counted from their reports.
+func TestRLQSClientsStayWithinTheLimit(t *testing.T) {
+	for _, clients := range []int{2, 8} {
+		t.Run(fmt.Sprintf("%d clients", clients), func(t *testing.T) {
+			d, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"))
+			const limit, window = 100, time.Hour
+			tenant := fmt.Sprintf("t%d", clients)
+			id := map[string]string{"route": "api", "tenant": tenant}
+			start := time.Now()
+			var wg sync.WaitGroup
+			cs := make([]*rlqsclient.Client, clients)
+			for i := range cs {
+				cs[i] = rlqsClient(t, conn, time.Second)
+				wg.Add(1)
+				go func(c *rlqsclient.Client) {
+					defer wg.Done()
+					for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+						c.Allow(id)
+					}
+				}(cs[i])
+			}
+			wg.Wait()
+			var admitted, denied, unassigned int64
+			for _, c := range cs {
+				st := c.Stats()
+				admitted, denied, unassigned = admitted+st.Allowed, denied+st.Denied, unassigned+st.Unassigned
+			}
+			// A bucket's requests are admitted while it has no
+			// assignment (Envoy's default): each client's first, and
+			// any after an assignment ran out. Those are not counted.
+			if unassigned > int64(clients) {
+				t.Logf("%d more requests admitted without an assignment: before the first arrived, or after one ran out", unassigned-int64(clients))
+			}
+			bound := limit + unassigned
+			if start.Truncate(window) != time.Now().Truncate(window) {
+				bound += limit // the window turned during the run
+			}
+			if admitted > bound || denied == 0 {
+				t.Fatalf("%d clients admitted %d and denied %d, want at most %d admitted", clients, admitted, denied, bound)
+			}
+			t.Logf("%d clients: admitted %d (%d without an assignment), denied %d", clients, admitted, unassigned, denied)
+			time.Sleep(1500 * time.Millisecond) // a report with no traffic
+			for _, c := range cs {
+				_ = c.Close()
+			}
+			// What was taken for them and not granted is back within
+			// the assignments' time to live (3 s) and a renewal.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				used := counterUsed(t, d, "api", tenant)
+				if used == admitted {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("ruled counts %d, the clients admitted %d (%d of them without an assignment)", used, admitted, unassigned)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestRLQSReloadReachesTheClients: a rule reload reaches a client within
+// one reporting interval of Envoy's (5 s): the quota it held becomes the
+// new rules' answer.
+func TestRLQSReloadReachesTheClients(t *testing.T) {
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	d, conn := rlqsDaemon(t, rules)
+	c := rlqsClient(t, conn, 5*time.Second)
+	id := map[string]string{"route": "api", "tenant": "reload"}
+	c.Allow(id)
+	waitAssignment(t, c, id, "token_bucket max=10 ")
+	writeFile(t, filepath.Dir(rules), filepath.Base(rules), strings.Replace(rlqsRules, "{limit: 100, window: 1h}", "{limit: 0, window: 1h}", 1))
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitAssignmentWithin(t, c, id, "deny_all", 5*time.Second)
+}
+
+// TestRLQSRefusesHostileReports: a stream that reports without a domain,
+// switches domains, or sends a bucket id or a number of buckets beyond the
+// limits is ended with a clear status, and the server goes on serving.
+func TestRLQSRefusesHostileReports(t *testing.T) {
+	_, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"))
+	rls := rlqsv3.NewRateLimitQuotaServiceClient(conn)
+	usage := func(id map[string]string) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+		return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: id}, TimeElapsed: &durationpb.Duration{}}
+	}
+	wide := map[string]string{}
+	for i := range rlqs.MaxBucketAttrs + 1 {
+		wide[fmt.Sprint("k", i)] = "v"
+	}
+	many := make([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, rlqs.MaxBuckets+1)
+	for i := range many {
+		many[i] = usage(map[string]string{"route": "free", "n": fmt.Sprint(i)})
+	}
+	ok := []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"route": "free"})}
+	for _, tc := range []struct {
+		name    string
+		reports []*rlqsv3.RateLimitQuotaUsageReports
+		want    codes.Code
+	}{
+		{"no domain", []*rlqsv3.RateLimitQuotaUsageReports{{BucketQuotaUsages: ok}}, codes.InvalidArgument},
+		{"another domain", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "edge", BucketQuotaUsages: ok}, {Domain: "other", BucketQuotaUsages: ok}}, codes.InvalidArgument},
+		{"empty bucket id", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(nil)}}}, codes.InvalidArgument},
+		{"a wide bucket id", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(wide)}}}, codes.InvalidArgument},
+		{"a long value", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"k": strings.Repeat("v", 1025)})}}}, codes.InvalidArgument},
+		{"too many buckets", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "edge", BucketQuotaUsages: many}}, codes.ResourceExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s, err := rls.StreamRateLimitQuotas(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range tc.reports {
+				if err := s.Send(r); err != nil {
+					break // the server ended the stream: Recv says why
+				}
+			}
+			for {
+				_, err := s.Recv()
+				if err == nil {
+					continue // an answer to a report before the refused one
+				}
+				if status.Code(err) != tc.want {
+					t.Fatalf("stream ended with %v, want %v", err, tc.want)
+				}
+				break
+			}
+		})
+	}
+	c := rlqsClient(t, conn, time.Second)
+	id := map[string]string{"route": "api", "tenant": "after"}
+	c.Allow(id)
+	waitAssignment(t, c, id, "token_bucket")
+}

@@ -1,0 +1,564 @@
+// Package rlqs serves Envoy's rate limit quota service (RLQS,
+// envoy.service.rate_limit_quota.v3): Envoy's rate_limit_quota filter, and
+// proxyless gRPC, decide locally on the quota the server assigns to each
+// bucket of requests and report their usage on a stream. ruled assigns each
+// bucket of a stream a token bucket backed by units taken from Redis through
+// the rules, as client leases take them (host.ClientLeases), so that what a
+// client may admit is counted before it admits it.
+//
+// A bucket's id (a string map) plus "domain" are the attrs the rules match,
+// as an RLS descriptor's entries are. A bucket no rule limits is assigned
+// ALLOW_ALL, one that a rule denies now (its quota spent, or a limit of 0)
+// DENY_ALL. A bucket whose rules cannot lease (no lease: N, or a plugin
+// without leasable grants) follows the on_error of the rule that cannot:
+// deny is DENY_ALL, allow and local ALLOW_ALL.
+//
+// The accounting. Envoy's token bucket starts full, refills continuously,
+// and keeps its tokens when a new assignment changes only the refill; an
+// assignment lasts its time to live unless renewed. So a client under an
+// assignment of capacity C and rate r may admit, from its last report until
+// the assignment's end h, at most C + r·(h − report). Every Tick the server
+// renews each bucket's assignment until now + TTL and first takes what that
+// worst case needs beyond what it holds for the client; when a report says
+// what the client used, what it holds beyond the worst case goes back to the
+// rules (host.ClientLeases.GiveBack). A take lasts until its window resets
+// (its rules' earliest reset): units a client was granted in one window and
+// may spend in the next are taken again there. When the stream ends, what
+// the client did not report using goes back once its assignments have run
+// out. docs/envoy.md ("Rate limit quota") gives the bound this leaves.
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/rules"
+)
+
+// DomainAttr is the attr that holds a stream's domain, as RLS's does.
+const DomainAttr = "domain"
+
+// Limits on what one stream may ask of the server.
+const (
+	MaxBuckets     = 10_000 // buckets one stream may report
+	MaxBucketAttrs = 32     // entries of one bucket id
+	maxAttrLen     = 1024   // bytes of one key or value
+)
+
+// maxTakes bounds the takes one bucket makes in one renewal.
+const maxTakes = 4
+
+// takeFor is how long a take lasts when its rules give no reset.
+const takeFor = time.Hour
+
+// Quota is what the server needs of the engine: host.ClientLeases.
+type Quota interface {
+	Take(ctx context.Context, req *host.LeaseRequest) (host.ClientLease, error)
+	GiveBack(ctx context.Context, ret *host.LeaseReturn) (int64, error)
+	// Rules is the rule set Take decides on now; a bucket's assignment is
+	// decided again, with a take, when it changes.
+	Rules() *rules.Set
+}
+
+// Options configure a Server.
+type Options struct {
+	// Tick is how often a stream's assignments are renewed (DefaultTick
+	// when 0). A rule reload reaches the clients within one Tick.
+	Tick time.Duration
+	// TTL is each assignment's time to live, in whole seconds and longer
+	// than Tick (DefaultTTL when 0): how long a client goes on with its
+	// assignment when ruled stops renewing it.
+	TTL time.Duration
+	// Log receives the streams' errors; slog.Default when nil.
+	Log *slog.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultTick = time.Second
+	DefaultTTL  = 3 * time.Second
+)
+
+// Server is the RLQS service.
+type Server struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	q    Quota
+	opts Options
+	log  *slog.Logger
+	// life is the server's: when it is done the streams end, and so do
+	// the give-backs of ended streams, which outlive them.
+	life context.Context
+}
+
+// NewServer returns the RLQS service of q, until ctx is done: then its
+// streams end (an Unavailable error) and what they hold stays counted
+// until its window ends.
+func NewServer(ctx context.Context, q Quota, opts Options) (*Server, error) {
+	if opts.Tick <= 0 {
+		opts.Tick = DefaultTick
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = DefaultTTL
+	}
+	if opts.TTL%time.Second != 0 || opts.TTL <= opts.Tick {
+		return nil, fmt.Errorf("rlqs: the assignments' TTL must be whole seconds and longer than the tick %v, got %v", opts.Tick, opts.TTL)
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{q: q, opts: opts, log: log.With("component", "rlqs"), life: ctx}, nil
+}
+
+// StreamRateLimitQuotas serves one client's stream: it answers each new
+// bucket at once and renews every bucket's assignment every Tick.
+func (s *Server) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	ctx := stream.Context()
+	reports := make(chan *rlqsv3.RateLimitQuotaUsageReports)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reports <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	st := &streamState{s: s, buckets: map[string]*bucket{}}
+	defer st.end()
+	tick := time.NewTicker(s.opts.Tick)
+	defer tick.Stop()
+	for {
+		var actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
+		select {
+		case r := <-reports:
+			var err error
+			if actions, err = st.report(ctx, r, time.Now()); err != nil {
+				return err
+			}
+		case <-tick.C:
+			actions = st.renew(ctx, time.Now())
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-st.s.life.Done():
+			return status.Error(codes.Unavailable, "rlqs: the server is shutting down")
+		}
+		if len(actions) == 0 {
+			continue
+		}
+		if err := stream.Send(&rlqsv3.RateLimitQuotaResponse{BucketAction: actions}); err != nil {
+			return err
+		}
+	}
+}
+
+// streamState is one stream's buckets.
+type streamState struct {
+	s       *Server
+	domain  string
+	buckets map[string]*bucket
+}
+
+// kind is the kind of a bucket's assignment.
+type kind int
+
+const (
+	none kind = iota
+	allowAll
+	denyAll
+	tokenBucket
+)
+
+// bucket is one bucket of a stream and the server's ledger for it.
+type bucket struct {
+	id    *rlqsv3.BucketId
+	attrs map[string]string
+	kind  kind
+	// capacity and rate are the token bucket assigned (rate per second),
+	// while kind is tokenBucket; lease is the rules' lease size, 0 until
+	// a take has said.
+	capacity, rate, lease int64
+	// expires is when the last assignment sent runs out.
+	expires time.Time
+	// buckets counts the token buckets the client may have admitted from
+	// since its last report: the one it had then, if any, and each sent
+	// since that it starts full (after another kind of assignment, or
+	// none left).
+	buckets int64
+	// reported is when the last report came; demand its requests a second.
+	reported time.Time
+	demand   float64
+	// owed is what the client reported admitting beyond what was taken for
+	// it (its first requests, admitted before any assignment, and any
+	// after one ran out): the next renewal takes it, as used.
+	owed  int64
+	takes []*take // live, oldest first
+	// rules is the rule set of the last take.
+	rules *rules.Set
+}
+
+// take is units counted for a bucket by one Take.
+type take struct {
+	lease    host.ClientLease
+	at       time.Time
+	deadline time.Time // when its units leave their window
+	used     int64     // granted by the client, by its reports
+	back     int64     // given back
+}
+
+func (t *take) unused() int64 { return t.lease.Permits - t.used - t.back }
+
+// held is what the server holds for b's client: taken, not yet used.
+func (b *bucket) held(now time.Time) int64 {
+	var n int64
+	for _, t := range b.takes {
+		if now.Before(t.deadline) {
+			n += t.unused()
+		}
+	}
+	return n
+}
+
+// worst is what b's client may admit at most from its last report until
+// h under an assignment of capacity c and rate r: the bucket it had then,
+// each one it started full since, and the refill.
+func (b *bucket) worst(c, r int64, h time.Time) int64 {
+	secs := math.Ceil(max(h.Sub(b.reported), 0).Seconds())
+	return c*b.buckets + r*int64(secs)
+}
+
+// report takes a usage report: new buckets are answered at once; the
+// others' usage is reconciled with what was taken.
+func (st *streamState) report(ctx context.Context, r *rlqsv3.RateLimitQuotaUsageReports, now time.Time) ([]*rlqsv3.RateLimitQuotaResponse_BucketAction, error) {
+	if st.domain == "" {
+		if r.GetDomain() == "" {
+			return nil, status.Error(codes.InvalidArgument, "rlqs: the first report must name the domain")
+		}
+		st.domain = r.GetDomain()
+	} else if d := r.GetDomain(); d != "" && d != st.domain {
+		return nil, status.Errorf(codes.InvalidArgument, "rlqs: the stream's domain is %q; open another stream for %q", st.domain, d)
+	}
+	var actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	for i, u := range r.GetBucketQuotaUsages() {
+		key, err := bucketKey(u.GetBucketId())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d]: %v", i, err)
+		}
+		b, ok := st.buckets[key]
+		if !ok {
+			if len(st.buckets) >= MaxBuckets {
+				return nil, status.Errorf(codes.ResourceExhausted, "rlqs: a stream may report at most %d buckets", MaxBuckets)
+			}
+			b = &bucket{id: u.GetBucketId(), attrs: st.attrs(u.GetBucketId())}
+			st.buckets[key] = b
+		}
+		b.owed += b.use(int64(min(u.GetNumRequestsAllowed(), math.MaxInt64)))
+		b.reported, b.buckets = now, 0
+		if b.kind == tokenBucket && now.Before(b.expires) {
+			b.buckets = 1
+		}
+		if e := u.GetTimeElapsed().AsDuration(); e >= time.Second {
+			b.demand = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / e.Seconds()
+		}
+		if !ok {
+			actions = append(actions, st.assign(ctx, b, now))
+			continue
+		}
+		st.giveBackExcess(ctx, b, now)
+	}
+	return actions, nil
+}
+
+// renew renews every bucket's assignment.
+func (st *streamState) renew(ctx context.Context, now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
+	var actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	for _, b := range st.buckets {
+		if a := st.assign(ctx, b, now); a != nil {
+			actions = append(actions, a)
+		}
+	}
+	return actions
+}
+
+// attrs is what the rules see of a bucket.
+func (st *streamState) attrs(id *rlqsv3.BucketId) map[string]string {
+	attrs := make(map[string]string, len(id.GetBucket())+1)
+	for k, v := range id.GetBucket() {
+		attrs[k] = v
+	}
+	attrs[DomainAttr] = st.domain
+	return attrs
+}
+
+// use credits n units the client granted to b's takes, oldest first, and
+// returns what no take held: requests the client admitted without an
+// assignment, which the next renewal counts (owed).
+func (b *bucket) use(n int64) int64 {
+	for _, t := range b.takes {
+		if n <= 0 {
+			break
+		}
+		k := min(n, t.unused())
+		t.used += k
+		n -= k
+	}
+	return n
+}
+
+// assign decides b's next assignment, taking what it needs first, and
+// returns it; nil when the rules could not be asked (the client goes on
+// with its assignment until it expires).
+func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	ttl := st.s.opts.TTL
+	h := now.Add(ttl)
+	b.takes = slices.DeleteFunc(b.takes, func(t *take) bool { return !now.Before(t.deadline) })
+	c, r := b.lease, b.wantRate()
+	next := kind(tokenBucket)
+	if b.kind != tokenBucket || !now.Before(b.expires) {
+		// The client starts a token bucket sent now full: count it
+		// before taking for it (send counts it for good).
+		b.buckets++
+		defer func() {
+			if b.kind != tokenBucket {
+				b.buckets--
+			}
+		}()
+	}
+	set := st.s.q.Rules()
+	for range maxTakes {
+		held := b.held(now)
+		need := b.worst(c, r, h) - held + b.owed
+		if b.lease > 0 && need <= 0 && b.rules == set {
+			break
+		}
+		if b.rules != set {
+			// The rules changed: ask them again, and learn the lease
+			// size anew.
+			b.rules, b.lease, c, r = set, 0, 0, 0
+		}
+		ask := max(need, 1)
+		if b.lease == 0 {
+			ask = host.MaxClientLease // the first take learns the lease size
+		}
+		cl, err := st.s.q.Take(ctx, &host.LeaseRequest{Attrs: b.attrs, Permits: ask})
+		if err != nil {
+			st.s.log.Warn("rlqs: taking quota failed; the assignment runs out", "domain", st.domain, "bucket", b.id.GetBucket(), "err", err)
+			return nil
+		}
+		switch {
+		case !cl.Leasable:
+			next = allowAll
+			if cl.OnError == rules.OnErrorDeny {
+				next = denyAll
+			}
+		case len(cl.Results) == 0:
+			next = allowAll // no rule limits the bucket
+		}
+		if next != tokenBucket {
+			st.giveBack(ctx, b, &take{lease: cl, deadline: now.Add(takeFor)}, cl.Permits)
+			return b.send(next, 0, 0, h, ttl)
+		}
+		if b.lease == 0 {
+			b.lease = cl.MaxPermits
+			c, r = b.lease, b.wantRate()
+		}
+		if cl.Permits == 0 && blocks(cl) {
+			// A limit of 0 (a reload may have set it): what is held goes
+			// back at the next report.
+			return b.send(denyAll, 0, 0, h, ttl)
+		}
+		if cl.Permits > 0 {
+			b.takes = append(b.takes, &take{lease: cl, at: now, deadline: now.Add(windowLeft(cl))})
+			b.owed = b.use(b.owed)
+		}
+		if cl.Permits < min(ask, cl.MaxPermits) {
+			// The rules granted what they could: what is still owed
+			// was admitted beyond them.
+			b.owed = 0
+			break
+		}
+	}
+	if c == 0 {
+		return b.send(denyAll, 0, 0, h, ttl)
+	}
+	// Fit the assignment to what is held: a lower rate, or none.
+	held := b.held(now)
+	if w := b.worst(c, r, h); w > held {
+		secs := int64(math.Ceil(max(h.Sub(b.reported), 0).Seconds()))
+		r = 0
+		if base := c * b.buckets; secs > 0 && held > base {
+			r = (held - base) / secs
+		}
+	}
+	if r < 1 {
+		return b.send(denyAll, 0, 0, h, ttl)
+	}
+	return b.send(tokenBucket, c, r, h, ttl)
+}
+
+// wantRate is the rate b's client is to be assigned: its demand and a
+// quarter more, at least 1 a second and at most the lease size.
+func (b *bucket) wantRate() int64 {
+	if b.lease == 0 {
+		return 0
+	}
+	if b.demand == 0 && b.kind != tokenBucket {
+		return b.lease // no demand known yet
+	}
+	return min(max(int64(math.Ceil(b.demand*1.25)), 1), b.lease)
+}
+
+// blocks reports whether a rule that cl asked admits nothing at all: a
+// limit of 0, not a quota spent for now.
+func blocks(cl host.ClientLease) bool {
+	return slices.ContainsFunc(cl.Results, func(rr host.RuleResult) bool { return !rr.Allowed && !rr.Shadow && rr.Limit == 0 })
+}
+
+// windowLeft is how long cl's units stay in their window: until the
+// earliest reset of its rules.
+func windowLeft(cl host.ClientLease) time.Duration {
+	left := takeFor
+	for _, rr := range cl.Results {
+		if rr.Granted > 0 && rr.Reset > 0 {
+			left = min(left, rr.Reset)
+		}
+	}
+	return left
+}
+
+// send records the assignment as b's and returns its action.
+func (b *bucket) send(k kind, c, r int64, h time.Time, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	b.kind, b.capacity, b.rate, b.expires = k, c, r, h
+	var strategy *typev3.RateLimitStrategy
+	switch k {
+	case allowAll:
+		strategy = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
+	case denyAll:
+		strategy = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	default:
+		strategy = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens: uint32(min(c, math.MaxUint32)), TokensPerFill: wrapperspb.UInt32(uint32(min(r, math.MaxUint32))),
+			FillInterval: durationpb.New(time.Second)}}}
+	}
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(ttl), RateLimitStrategy: strategy}}}
+}
+
+// giveBackExcess gives back what b holds beyond what its client may still
+// admit under its assignment, newest takes first.
+func (st *streamState) giveBackExcess(ctx context.Context, b *bucket, now time.Time) {
+	keep := int64(0)
+	if b.kind == tokenBucket && now.Before(b.expires) {
+		keep = b.worst(b.capacity, b.rate, b.expires)
+	}
+	excess := b.held(now) - keep
+	for i := len(b.takes) - 1; i >= 0 && excess > 0; i-- {
+		t := b.takes[i]
+		if !now.Before(t.deadline) {
+			continue
+		}
+		n := min(excess, t.unused())
+		excess -= n
+		st.giveBack(ctx, b, t, n)
+	}
+}
+
+// giveBack gives n of t's unused units back to its rules: a take that
+// has given back before is returned as the lease of what it has left.
+func (st *streamState) giveBack(ctx context.Context, b *bucket, t *take, n int64) {
+	n = min(n, t.unused())
+	holds := t.lease.Holds()
+	if n <= 0 || len(holds) == 0 {
+		return
+	}
+	for i := range holds {
+		holds[i].Taken = max(holds[i].Taken-t.back, 0)
+	}
+	ret := &host.LeaseReturn{Attrs: b.attrs, Permits: t.lease.Permits - t.back, Unused: n, Holds: holds, Deadline: t.deadline}
+	t.back += n // given back or not, the server holds them no more
+	if _, err := st.s.q.GiveBack(ctx, ret); err != nil && !errors.Is(err, host.ErrLateReturn) {
+		st.s.log.Warn("rlqs: giving back unused quota failed; it stays counted until its window ends",
+			"domain", st.domain, "bucket", b.id.GetBucket(), "units", n, "err", err)
+	}
+}
+
+// end gives back, once the stream's assignments have run out, what its
+// client did not report using: a client that ends its stream without
+// reporting what it granted since its last report has those given back
+// too (docs/envoy.md gives the bound).
+func (st *streamState) end() {
+	var last time.Time
+	for _, b := range st.buckets {
+		if b.expires.After(last) {
+			last = b.expires
+		}
+	}
+	settle := func() {
+		ctx := st.s.life
+		now := time.Now()
+		for _, b := range st.buckets {
+			for _, t := range b.takes {
+				if now.Before(t.deadline) {
+					st.giveBack(ctx, b, t, t.unused())
+				}
+			}
+		}
+	}
+	time.AfterFunc(max(time.Until(last), 0), settle)
+}
+
+// bucketKey is a bucket id as a map key, its entries sorted, or why it is
+// refused.
+func bucketKey(id *rlqsv3.BucketId) (string, error) {
+	m := id.GetBucket()
+	switch {
+	case len(m) == 0:
+		return "", errors.New("bucket_id: empty")
+	case len(m) > MaxBucketAttrs:
+		return "", fmt.Errorf("bucket_id: at most %d entries, got %d", MaxBucketAttrs, len(m))
+	}
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if len(k) > maxAttrLen || len(v) > maxAttrLen {
+			return "", fmt.Errorf("bucket_id: keys and values of at most %d bytes", maxAttrLen)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var sb strings.Builder
+	for _, k := range keys {
+		sb.WriteString(k)
+		sb.WriteByte(0)
+		sb.WriteString(m[k])
+		sb.WriteByte(0)
+	}
+	return sb.String(), nil
+}
