@@ -3,6 +3,7 @@ package capability
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -72,57 +73,43 @@ func TestBound(t *testing.T) {
 	c := New(nil, Options{Timeout: 40 * time.Millisecond})
 	type key struct{}
 
-	t.Run("uncancellable parent", func(t *testing.T) {
-		parent := context.WithValue(context.Background(), key{}, "v")
-		start := time.Now()
-		var cb callBuf
-		ctx, cancel, callers := c.bound(parent, start, time.Time{}, &cb)
-		defer cancel()
-		if ctx != context.Context(&cb.ctx) || callers {
-			t.Fatalf("bound context %T, want the call's own", ctx)
-		}
-		if ctx.Value(key{}) != "v" {
-			t.Fatal("parent's value lost")
-		}
-		if dl, ok := ctx.Deadline(); !ok || dl.After(start.Add(c.timeout)) {
-			t.Fatalf("deadline %v (%v), want at most %v", dl, ok, start.Add(c.timeout))
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(5 * time.Second):
-			t.Fatal("not done after the time-out")
-		}
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			t.Fatalf("err %v, want deadline exceeded", ctx.Err())
-		}
-	})
-	t.Run("cancellable parent", func(t *testing.T) {
-		// An RPC's context: the call shares the time-out context all the
-		// same, and outlives the parent's cancellation (call names it
-		// as the cause afterwards).
-		parent, stop := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
-		start := time.Now()
-		var cb callBuf
-		ctx, cancel, callers := c.bound(parent, start, time.Time{}, &cb)
-		defer cancel()
-		if ctx != context.Context(&cb.ctx) || callers {
-			t.Fatalf("bound context %T, want the call's own", ctx)
-		}
-		if ctx.Value(key{}) != "v" {
-			t.Fatal("parent's value lost")
-		}
-		if dl, ok := ctx.Deadline(); !ok || dl.After(start.Add(c.timeout)) {
-			t.Fatalf("deadline %v (%v), want at most %v", dl, ok, start.Add(c.timeout))
-		}
-		stop()
-		if ctx.Err() != nil {
-			t.Fatal("the shared context ended with the parent")
-		}
-		<-ctx.Done()
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			t.Fatalf("err %v, want deadline exceeded", ctx.Err())
-		}
-	})
+	// An uncancellable parent (the engine's usual context.Background) and
+	// a cancellable one (an RPC's) alike: the call shares the time-out
+	// context, keeps the parent's values, and outlives the parent's
+	// cancellation (call names it as the cause afterwards).
+	for _, cancellable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancellable parent %v", cancellable), func(t *testing.T) {
+			parent, stop := context.WithValue(context.Background(), key{}, "v"), context.CancelFunc(func() {})
+			if cancellable {
+				parent, stop = context.WithCancel(parent)
+			}
+			start := time.Now()
+			var cb callBuf
+			ctx, cancel, callers := c.bound(parent, start, time.Time{}, &cb)
+			defer cancel()
+			if ctx != context.Context(&cb.ctx) || callers {
+				t.Fatalf("bound context %T, want the call's own", ctx)
+			}
+			if ctx.Value(key{}) != "v" {
+				t.Fatal("parent's value lost")
+			}
+			if dl, ok := ctx.Deadline(); !ok || dl.After(start.Add(c.timeout)) {
+				t.Fatalf("deadline %v (%v), want at most %v", dl, ok, start.Add(c.timeout))
+			}
+			stop()
+			if ctx.Err() != nil {
+				t.Fatal("the shared context ended with the parent")
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("not done after the time-out")
+			}
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Fatalf("err %v, want deadline exceeded", ctx.Err())
+			}
+		})
+	}
 	t.Run("looser parent deadline", func(t *testing.T) {
 		parent, stop := context.WithTimeout(context.Background(), time.Hour)
 		defer stop()
