@@ -201,13 +201,18 @@ func TestRLQSClientsStayWithinTheLimit(t *testing.T) {
 				t.Fatalf("%d clients admitted %d and denied %d, want at most %d admitted", clients, admitted, denied, bound)
 			}
 			t.Logf("%d clients: admitted %d (%d without an assignment), denied %d", clients, admitted, unassigned, denied)
-			time.Sleep(1500 * time.Millisecond) // a report with no traffic
+			// Two reports more from each: the second began after the
+			// load had stopped, so the reports hold every admission.
+			for _, c := range cs {
+				sent := c.Stats().Reports
+				waitFor(t, 30*time.Second, "two more reports", func() bool { return c.Stats().Reports >= sent+2 })
+			}
 			for _, c := range cs {
 				_ = c.Close()
 			}
-			// What was taken for them and not granted is back within
-			// the assignments' time to live (3 s) and a renewal.
-			deadline := time.Now().Add(5 * time.Second)
+			// What was taken for them and not granted goes back once
+			// their assignments (3 s) have run out.
+			deadline := time.Now().Add(15 * time.Second)
 			for {
 				used := counterUsed(t, d, "api", tenant)
 				if used == admitted {

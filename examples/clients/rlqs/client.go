@@ -74,6 +74,8 @@ type Stats struct {
 	// assignment (its first, or after one ran out).
 	Unassigned  int64
 	Assignments int64
+	// Reports counts the reports sent.
+	Reports int64
 }
 
 // bucket is one bucket's assignment and usage since the last report.
@@ -275,7 +277,11 @@ func (c *Client) send(r *rlqsv3.RateLimitQuotaUsageReports) {
 	}
 	if err := s.Send(r); err != nil {
 		c.dropStream(s)
+		return
 	}
+	c.mu.Lock()
+	c.stats.Reports++
+	c.mu.Unlock()
 }
 
 // receive applies the actions the server sends on s until it fails.
