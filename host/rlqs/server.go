@@ -226,7 +226,6 @@ type bucket struct {
 // take is units counted for a bucket by one Take.
 type take struct {
 	lease    host.ClientLease
-	at       time.Time
 	deadline time.Time // when its units leave their window
 	used     int64     // granted by the client, by its reports
 	back     int64     // given back
@@ -394,7 +393,7 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 			return b.send(denyAll, 0, 0, h, ttl)
 		}
 		if cl.Permits > 0 {
-			b.takes = append(b.takes, &take{lease: cl, at: now, deadline: now.Add(windowLeft(cl))})
+			b.takes = append(b.takes, &take{lease: cl, deadline: now.Add(windowLeft(cl))})
 			b.owed = b.use(b.owed)
 		}
 		if cl.Permits < min(ask, cl.MaxPermits) {
