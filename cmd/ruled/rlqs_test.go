@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -115,6 +116,10 @@ func waitAssignmentWithin(t *testing.T, c *rlqsclient.Client, id map[string]stri
 // size.
 func TestRLQSAssignsWhatTheRulesSay(t *testing.T) {
 	_, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"))
+	waitFor(t, 15*time.Second, "gRPC health SERVING on the RLQS listener", func() bool {
+		h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
 	c := rlqsClient(t, conn, time.Second)
 	for _, tc := range []struct {
 		route, want string

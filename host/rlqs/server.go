@@ -338,7 +338,7 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 	h := now.Add(ttl)
 	b.takes = slices.DeleteFunc(b.takes, func(t *take) bool { return !now.Before(t.deadline) })
 	c, r := b.lease, b.wantRate()
-	next := kind(tokenBucket)
+	next := tokenBucket
 	if b.kind != tokenBucket || !now.Before(b.expires) {
 		// The client starts a token bucket sent now full: count it
 		// before taking for it (send counts it for good).
@@ -380,7 +380,7 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 			next = allowAll // no rule limits the bucket
 		}
 		if next != tokenBucket {
-			st.giveBack(ctx, b, &take{lease: cl, deadline: now.Add(takeFor)}, cl.Permits)
+			// Nothing was counted: no rule that can lease matched.
 			return b.send(next, 0, 0, h, ttl)
 		}
 		if b.lease == 0 {
