@@ -62,8 +62,9 @@ type ClientLease struct {
 	Leasable bool
 	Reason   string
 	// OnError, when Leasable is false, is the on_error policy of the rule
-	// that cannot lease, for callers that must decide without asking
-	// (the RLQS server).
+	// that cannot lease; with Take's error, the strictest policy of the
+	// rules that could not be asked. For callers that must decide without
+	// asking (the RLQS server).
 	OnError rules.OnError
 	// Permits is how many requests the client may grant, one hit each,
 	// until TTL after it sent the request: at most the permits asked for,
@@ -158,14 +159,13 @@ func (cl *ClientLeases) observeLease(rule string, event LeaseEvent, units int64)
 // same number from each (what a rule took beyond the least any enforcing
 // rule granted goes back at once). It never degrades: when a plugin fails,
 // it gives back what it took and returns the error, and the client asks
-// per request, where the rules' on_error policies apply. The fleet's lease
-// key is read first: a lease that could not be signed takes nothing.
+// per request, where the rules' on_error policies apply (the lease
+// returned with the error says their strictest, as OnError). The fleet's
+// lease key is read before anything is taken: a lease that could not be
+// signed takes nothing.
 func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLease, error) {
 	if req.Permits < 1 || req.Permits > MaxClientLease {
 		return ClientLease{}, fmt.Errorf("lease: permits must be between 1 and %d, got %d", MaxClientLease, req.Permits)
-	}
-	if _, err := cl.currentLeaseKey(ctx); err != nil {
-		return ClientLease{}, fmt.Errorf("lease: %w", err)
 	}
 	b := newBudget(ctx, time.Now(), cl.e.timeout)
 	g := cl.e.gen.Load()
@@ -182,11 +182,15 @@ func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLeas
 			out.MaxPermits = min(out.MaxPermits, sel.Rule.Lease)
 		}
 	}
+	failed := ClientLease{OnError: strictestOnError(sels)}
+	if _, err := cl.currentLeaseKey(ctx); err != nil {
+		return failed, fmt.Errorf("lease: %w", err)
+	}
 	ask := CheckRequest{Request: req.Request, Attrs: req.Attrs, Hits: min(req.Permits, out.MaxPermits), BestEffort: true}
 	var res Result
 	permits, err := decideRules(ctx, g, b, leaseMode, sels, &ask, &res)
 	if err != nil {
-		return ClientLease{}, fmt.Errorf("lease: %w", err)
+		return failed, fmt.Errorf("lease: %w", err)
 	}
 	out.Permits, out.Results = permits, res.Results
 	if permits == 0 && len(res.Results) > 0 {
@@ -206,6 +210,27 @@ func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLeas
 		out.ID = NewLeaseID()
 	}
 	return out, nil
+}
+
+// strictestOnError is the strictest failure policy of the enforcing rules
+// of sels: deny over local over allow (the default, when none enforces).
+func strictestOnError(sels []rules.Selection) rules.OnError {
+	rank := func(o rules.OnError) int {
+		switch o {
+		case rules.OnErrorDeny:
+			return 2
+		case rules.OnErrorLocal:
+			return 1
+		}
+		return 0
+	}
+	out := rules.OnErrorAllow
+	for _, sel := range sels {
+		if !sel.Rule.Shadow && rank(sel.Rule.OnError) > rank(out) {
+			out = sel.Rule.OnError
+		}
+	}
+	return out
 }
 
 // notLeasable says why sel's rule cannot lease to clients, or "".

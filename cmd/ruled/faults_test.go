@@ -35,8 +35,12 @@ var (
 	ruledBinErr  error
 )
 
-// TestMain removes what buildRuled built once the tests ran.
+// TestMain removes what buildRuled built once the tests ran; run with
+// rlqsClientEnv set, the test binary is an RLQS client instead.
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(rlqsClientEnv); addr != "" {
+		os.Exit(rlqsClientProcess(addr))
+	}
 	code := m.Run()
 	if ruledBin != "" {
 		_ = os.RemoveAll(filepath.Dir(ruledBin))

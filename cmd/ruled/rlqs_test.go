@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,11 +26,13 @@ import (
 
 	rlqsclient "github.com/ruled-dev/ruled/examples/clients/rlqs"
 	"github.com/ruled-dev/ruled/host/rlqs"
+	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 )
 
-// rlqsRules are the rules the RLQS tests serve: a leased quota, a blocked
-// route, an exempt one, routes whose rules cannot lease (on_error: deny and
-// allow), and nothing for the rest.
+// rlqsRules are the rules the RLQS tests serve: leased quotas (a fixed
+// window and a token bucket; failing open, closed and local), a blocked
+// route, an exempt one, routes whose rules cannot lease (on_error: deny
+// and allow), and nothing for the rest.
 const rlqsRules = `rules:
   - name: vip
     when: attrs.route == "vip"
@@ -38,6 +43,26 @@ const rlqsRules = `rules:
     plugin: fixedwindow
     config: {limit: 100, window: 1h}
     lease: 10
+  - name: bucket
+    when: attrs.route == "bucket"
+    subject: attrs.tenant
+    plugin: tokenbucket
+    config: {burst: 100, rate: 1, per: 1h}
+    lease: 10
+  - name: api-closed
+    when: attrs.route == "api-closed"
+    subject: attrs.tenant
+    plugin: fixedwindow
+    config: {limit: 100, window: 1h}
+    lease: 10
+    on_error: deny
+  - name: api-local
+    when: attrs.route == "api-local"
+    subject: attrs.tenant
+    plugin: fixedwindow
+    config: {limit: 100, window: 1h}
+    lease: 10
+    on_error: local
   - name: blocked
     when: attrs.route == "blocked"
     subject: attrs.tenant
@@ -58,13 +83,18 @@ const rlqsRules = `rules:
     on_error: allow
 `
 
-// rlqsDaemon starts the binary with --rlqs-listen and a managed Redis, on
-// rlqsRules in the file rules.
-func rlqsDaemon(t *testing.T, rules string) (*daemon, *grpc.ClientConn) {
+// rlqsDaemon starts the binary with --rlqs-listen and a managed Redis
+// (unless args name another), on rlqsRules in the file rules.
+func rlqsDaemon(t *testing.T, rules string, args ...string) (*daemon, *grpc.ClientConn) {
 	t.Helper()
-	addr := freePort(t)
+	return rlqsDaemonOn(t, rules, freePort(t), args...)
+}
+
+// rlqsDaemonOn is rlqsDaemon serving RLQS on addr.
+func rlqsDaemonOn(t *testing.T, rules, addr string, args ...string) (*daemon, *grpc.ClientConn) {
+	t.Helper()
 	writeFile(t, filepath.Dir(rules), filepath.Base(rules), rlqsRules)
-	d := spawnDaemonAt(t, rules, "--rlqs-listen", addr)
+	d := spawnDaemonAt(t, rules, append([]string{"--rlqs-listen", addr}, args...)...)
 	d.waitReady(15 * time.Second)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -167,68 +197,80 @@ func counterUsed(t *testing.T, d *daemon, rule, subject string) int64 {
 // was taken and not granted goes back, and what they admitted without an
 // assignment (each client's first request) is counted from their reports.
 func TestRLQSClientsStayWithinTheLimit(t *testing.T) {
-	for _, clients := range []int{2, 8} {
-		t.Run(fmt.Sprintf("%d clients", clients), func(t *testing.T) {
-			d, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"))
-			const limit, window = 100, time.Hour
-			tenant := fmt.Sprintf("t%d", clients)
-			id := map[string]string{"route": "api", "tenant": tenant}
-			start := time.Now()
-			var wg sync.WaitGroup
-			cs := make([]*rlqsclient.Client, clients)
-			for i := range cs {
-				cs[i] = rlqsClient(t, conn, time.Second)
-				wg.Add(1)
-				go func(c *rlqsclient.Client) {
-					defer wg.Done()
-					for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
-						c.Allow(id)
-					}
-				}(cs[i])
+	for _, tc := range []struct {
+		rule  string
+		turns bool // a window may turn in the run: the limit applies again
+	}{{"api", true}, {"bucket", false}} {
+		for _, clients := range []int{2, 8} {
+			t.Run(fmt.Sprintf("%s/%d clients", tc.rule, clients), func(t *testing.T) {
+				clientsStayWithinTheLimit(t, tc.rule, tc.turns, clients)
+			})
+		}
+	}
+}
+
+// clientsStayWithinTheLimit runs TestRLQSClientsStayWithinTheLimit's
+// clients on rule, whose limit is 100 an hour: a fixed window, or a token
+// bucket of 100 refilled by 1 an hour (no whole permit in the run).
+func clientsStayWithinTheLimit(t *testing.T, rule string, turns bool, clients int) {
+	d, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"))
+	const limit, window = 100, time.Hour
+	tenant := fmt.Sprintf("t%d", clients)
+	id := map[string]string{"route": rule, "tenant": tenant}
+	start := time.Now()
+	var wg sync.WaitGroup
+	cs := make([]*rlqsclient.Client, clients)
+	for i := range cs {
+		cs[i] = rlqsClient(t, conn, time.Second)
+		wg.Add(1)
+		go func(c *rlqsclient.Client) {
+			defer wg.Done()
+			for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+				c.Allow(id)
 			}
-			wg.Wait()
-			var admitted, denied, unassigned int64
-			for _, c := range cs {
-				st := c.Stats()
-				admitted, denied, unassigned = admitted+st.Allowed, denied+st.Denied, unassigned+st.Unassigned
-			}
-			// A bucket's requests are admitted while it has no
-			// assignment (Envoy's default): each client's first, and
-			// any after an assignment ran out. Those are not counted.
-			if unassigned > int64(clients) {
-				t.Logf("%d more requests admitted without an assignment: before the first arrived, or after one ran out", unassigned-int64(clients))
-			}
-			bound := limit + unassigned
-			if start.Truncate(window) != time.Now().Truncate(window) {
-				bound += limit // the window turned during the run
-			}
-			if admitted > bound || denied == 0 {
-				t.Fatalf("%d clients admitted %d and denied %d, want at most %d admitted", clients, admitted, denied, bound)
-			}
-			t.Logf("%d clients: admitted %d (%d without an assignment), denied %d", clients, admitted, unassigned, denied)
-			// Two reports more from each: the second began after the
-			// load had stopped, so the reports hold every admission.
-			for _, c := range cs {
-				sent := c.Stats().Reports
-				waitFor(t, 30*time.Second, "two more reports", func() bool { return c.Stats().Reports >= sent+2 })
-			}
-			for _, c := range cs {
-				_ = c.Close()
-			}
-			// What was taken for them and not granted goes back once
-			// their assignments (3 s) have run out.
-			deadline := time.Now().Add(15 * time.Second)
-			for {
-				used := counterUsed(t, d, "api", tenant)
-				if used == admitted {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("ruled counts %d, the clients admitted %d (%d of them without an assignment)", used, admitted, unassigned)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-		})
+		}(cs[i])
+	}
+	wg.Wait()
+	var admitted, denied, unassigned int64
+	for _, c := range cs {
+		st := c.Stats()
+		admitted, denied, unassigned = admitted+st.Allowed, denied+st.Denied, unassigned+st.Unassigned
+	}
+	// A bucket's requests are admitted while it has no
+	// assignment (Envoy's default): each client's first, and
+	// any after an assignment ran out. Those are not counted.
+	if unassigned > int64(clients) {
+		t.Logf("%d more requests admitted without an assignment: before the first arrived, or after one ran out", unassigned-int64(clients))
+	}
+	bound := limit + unassigned
+	if turns && start.Truncate(window) != time.Now().Truncate(window) {
+		bound += limit // the window turned during the run
+	}
+	if admitted > bound || denied == 0 {
+		t.Fatalf("%d clients admitted %d and denied %d, want at most %d admitted", clients, admitted, denied, bound)
+	}
+	t.Logf("%s, %d clients: admitted %d (%d without an assignment), denied %d", rule, clients, admitted, unassigned, denied)
+	// Two reports more from each: the second began after the
+	// load had stopped, so the reports hold every admission.
+	for _, c := range cs {
+		sent := c.Stats().Reports
+		waitFor(t, 30*time.Second, "two more reports", func() bool { return c.Stats().Reports >= sent+2 })
+	}
+	for _, c := range cs {
+		_ = c.Close()
+	}
+	// What was taken for them and not granted goes back once
+	// their assignments (3 s) have run out.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		used := counterUsed(t, d, rule, tenant)
+		if used == admitted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ruled counts %d, the clients admitted %d (%d of them without an assignment)", used, admitted, unassigned)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -307,4 +349,154 @@ func TestRLQSRefusesHostileReports(t *testing.T) {
 	id := map[string]string{"route": "api", "tenant": "after"}
 	c.Allow(id)
 	waitAssignment(t, c, id, "token_bucket")
+}
+
+// TestRLQSWhenRedisIsUnreachable: while Redis does not answer, a leased
+// bucket's assignment follows its rule's on_error within a renewal (allow:
+// ALLOW_ALL, deny: DENY_ALL) or, for local, is not renewed and runs out,
+// leaving the decision to the filter's own fallback; once Redis answers
+// again, every bucket has its token bucket back, and what ALLOW_ALL
+// admitted is not counted.
+func TestRLQSWhenRedisIsUnreachable(t *testing.T) {
+	srv := redistest.Start(t)
+	d, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"), "--redis", srv.URL())
+	c := rlqsClient(t, conn, time.Second)
+	want := map[string]string{"api": "allow_all", "api-closed": "deny_all", "api-local": "none"}
+	for route := range want {
+		id := map[string]string{"route": route, "tenant": "outage"}
+		c.Allow(id)
+		waitAssignment(t, c, id, "token_bucket max=10 ")
+	}
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	for route, a := range want {
+		waitAssignmentWithin(t, c, map[string]string{"route": route, "tenant": "outage"}, a, 15*time.Second)
+	}
+	// Twice the limit admitted under on_error: allow, and reported.
+	api := map[string]string{"route": "api", "tenant": "outage"}
+	for range 200 {
+		if !c.Allow(api) {
+			t.Fatal("denied under ALLOW_ALL")
+		}
+	}
+	sent := c.Stats().Reports
+	waitFor(t, 10*time.Second, "a report of the admissions", func() bool { return c.Stats().Reports >= sent+2 })
+	srv.Resume()
+	for route := range want {
+		waitAssignmentWithin(t, c, map[string]string{"route": route, "tenant": "outage"}, "token_bucket max=10 ", 15*time.Second)
+	}
+	// They are not counted once Redis is back, as a decision that
+	// on_error: allow admitted is not.
+	sent = c.Stats().Reports
+	waitFor(t, 10*time.Second, "two more reports", func() bool { return c.Stats().Reports >= sent+2 })
+	if used := counterUsed(t, d, "api", "outage"); used >= 100 {
+		t.Fatalf("ruled counts %d of the limit of 100 after the outage: it counted what on_error: allow admitted", used)
+	}
+	if a := c.Assignment(api); !strings.HasPrefix(a, "token_bucket") {
+		t.Fatalf("after the outage: %s, want a token bucket", a)
+	}
+}
+
+// rlqsClientEnv names, in the environment of this test binary run as an
+// RLQS client (rlqsClientProcess), the server's address.
+const rlqsClientEnv = "RULED_TEST_RLQS_CLIENT"
+
+// rlqsClientProcess is this test binary run as one RLQS client, reporting
+// every second: it admits rlqsClientAdmits requests of its bucket, says
+// "reported" on stdout once two reports since have said so, and goes on
+// reporting until it is stopped or killed.
+func rlqsClientProcess(addr string) int {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	c, err := rlqsclient.New(conn, rlqsclient.Options{Domain: "edge", ReportInterval: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	id := map[string]string{"route": "api", "tenant": "gone"}
+	for c.Stats().Allowed < rlqsClientAdmits {
+		c.Allow(id)
+		time.Sleep(10 * time.Millisecond)
+	}
+	for sent := c.Stats().Reports; c.Stats().Reports < sent+2; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("reported")
+	select {}
+}
+
+// rlqsClientAdmits is how many requests rlqsClientProcess admits.
+const rlqsClientAdmits = 5
+
+// TestRLQSClientThatStopsReportingGivesItsQuotaBack: a client process
+// holds quota (ruled took its lease size for it and counted its five
+// requests) and stops reporting: killed, its stream ends and what it did
+// not use goes back once its assignment has run out; frozen (SIGSTOP,
+// its stream still open), ruled stops renewing the bucket after two of
+// its reporting intervals and gives back the same. Either way ruled's
+// count comes down to the five it admitted.
+func TestRLQSClientThatStopsReportingGivesItsQuotaBack(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			d, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"))
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), rlqsClientEnv+"="+conn.Target())
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil || line != "reported\n" {
+				t.Fatalf("client: %q, %v", line, err)
+			}
+			if held := counterUsed(t, d, "api", "gone"); held <= rlqsClientAdmits {
+				t.Fatalf("ruled counts %d for a client that admitted %d: it holds nothing for it", held, rlqsClientAdmits)
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			stopped := time.Now()
+			waitFor(t, 30*time.Second, "the quota back", func() bool { return counterUsed(t, d, "api", "gone") == rlqsClientAdmits })
+			t.Logf("%v: quota back %v after the client stopped", sig, time.Since(stopped).Round(100*time.Millisecond))
+		})
+	}
+}
+
+// TestRLQSCountsNothingAdmittedUnderAllowAll: what a client admits while
+// no rule counts its bucket (an exempt rule's ALLOW_ALL, and its first
+// request, before any assignment) is not counted when a reload puts the
+// bucket under a limit: ruled's count is what the client admits under
+// the limit, nothing.
+func TestRLQSCountsNothingAdmittedUnderAllowAll(t *testing.T) {
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	d, conn := rlqsDaemon(t, rules)
+	c := rlqsClient(t, conn, time.Second)
+	id := map[string]string{"route": "vip", "tenant": "was-exempt"}
+	c.Allow(id)
+	waitAssignment(t, c, id, "allow_all")
+	for range 30 {
+		if !c.Allow(id) {
+			t.Fatal("denied under ALLOW_ALL")
+		}
+	}
+	sent := c.Stats().Reports
+	waitFor(t, 10*time.Second, "a report of the admissions", func() bool { return c.Stats().Reports >= sent+2 })
+	limited := strings.Replace(rlqsRules, "    exempt: true\n", "    subject: attrs.tenant\n    plugin: fixedwindow\n    config: {limit: 100, window: 1h}\n    lease: 10\n", 1)
+	writeFile(t, filepath.Dir(rules), filepath.Base(rules), limited)
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitAssignment(t, c, id, "token_bucket max=10 ")
+	sent = c.Stats().Reports
+	waitFor(t, 10*time.Second, "two more reports", func() bool { return c.Stats().Reports >= sent+2 })
+	_ = c.Close()
+	waitFor(t, 15*time.Second, "ruled's count back to 0", func() bool { return counterUsed(t, d, "vip", "was-exempt") == 0 })
 }

@@ -66,6 +66,11 @@ const maxTakes = 4
 // takeFor is how long a take lasts when its rules give no reset.
 const takeFor = time.Hour
 
+// unknownInterval is a bucket's reporting interval until its reports
+// have said (Envoy's filter reports a new bucket at once, then every
+// interval of its configuration).
+const unknownInterval = time.Minute
+
 // Quota is what the server needs of the engine: host.ClientLeases.
 type Quota interface {
 	Take(ctx context.Context, req *host.LeaseRequest) (host.ClientLease, error)
@@ -211,13 +216,20 @@ type bucket struct {
 	// since that it starts full (after another kind of assignment, or
 	// none left).
 	buckets int64
-	// reported is when the last report came; demand its requests a second.
+	// reported is when the last report came; demand its requests a
+	// second; interval the time its last report covered.
 	reported time.Time
 	demand   float64
+	interval time.Duration
 	// owed is what the client reported admitting beyond what was taken for
 	// it (its first requests, admitted before any assignment, and any
 	// after one ran out): the next renewal takes it, as used.
-	owed  int64
+	owed int64
+	// free is set while the client may admit without counting: an
+	// ALLOW_ALL was sent since its last report. What it reports beyond
+	// its takes then is not owed (as an exempt rule, or on_error: allow
+	// while Redis is unreachable, count nothing).
+	free  bool
 	takes []*take // live, oldest first
 	// rules is the rule set of the last take.
 	rules *rules.Set
@@ -277,16 +289,25 @@ func (st *streamState) report(ctx context.Context, r *rlqsv3.RateLimitQuotaUsage
 			b = &bucket{id: u.GetBucketId(), attrs: st.attrs(u.GetBucketId())}
 			st.buckets[key] = b
 		}
-		b.owed += b.use(int64(min(u.GetNumRequestsAllowed(), math.MaxInt64)))
+		live := now.Before(b.expires)
+		if beyond := b.use(int64(min(u.GetNumRequestsAllowed(), math.MaxInt64))); !b.free {
+			b.owed += beyond
+		}
+		b.free = b.kind == allowAll && live
 		b.reported, b.buckets = now, 0
-		if b.kind == tokenBucket && now.Before(b.expires) {
+		if b.kind == tokenBucket && live {
 			b.buckets = 1
 		}
 		if e := u.GetTimeElapsed().AsDuration(); e >= time.Second {
 			b.demand = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / e.Seconds()
+			b.interval = e
 		}
-		if !ok {
-			actions = append(actions, st.assign(ctx, b, now))
+		if !live {
+			// New, or its assignment ran out (ruled could not renew it,
+			// or stopped when its reports did): answered at once.
+			if a := st.assign(ctx, b, now); a != nil {
+				actions = append(actions, a)
+			}
 			continue
 		}
 		st.giveBackExcess(ctx, b, now)
@@ -294,15 +315,36 @@ func (st *streamState) report(ctx context.Context, r *rlqsv3.RateLimitQuotaUsage
 	return actions, nil
 }
 
-// renew renews every bucket's assignment.
+// renew renews the assignment of every bucket whose client still reports
+// it. A bucket unreported for two of its intervals (a client frozen, or
+// gone with its stream still open) is renewed no more: once its
+// assignment has run out, what its client did not report using goes
+// back, and the bucket is forgotten (a later report names it anew).
 func (st *streamState) renew(ctx context.Context, now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	var actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	for _, b := range st.buckets {
+	for key, b := range st.buckets {
+		if st.silent(b, now) {
+			if !now.Before(b.expires) {
+				st.settle(ctx, b, now)
+				delete(st.buckets, key)
+			}
+			continue
+		}
 		if a := st.assign(ctx, b, now); a != nil {
 			actions = append(actions, a)
 		}
 	}
 	return actions
+}
+
+// silent reports whether b's client has not reported it for two of its
+// reporting intervals and a tick.
+func (st *streamState) silent(b *bucket, now time.Time) bool {
+	interval := b.interval
+	if interval == 0 {
+		interval = unknownInterval
+	}
+	return now.Sub(b.reported) > 2*interval+st.s.opts.Tick
 }
 
 // attrs is what the rules see of a bucket.
@@ -367,8 +409,7 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 		}
 		cl, err := st.s.q.Take(ctx, &host.LeaseRequest{Attrs: b.attrs, Permits: ask})
 		if err != nil {
-			st.s.log.Warn("rlqs: taking quota failed; the assignment runs out", "domain", st.domain, "bucket", b.id.GetBucket(), "err", err)
-			return nil
+			return st.failed(b, cl.OnError, err, h, ttl)
 		}
 		switch {
 		case !cl.Leasable:
@@ -380,7 +421,9 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 			next = allowAll // no rule limits the bucket
 		}
 		if next != tokenBucket {
-			// Nothing was counted: no rule that can lease matched.
+			// Nothing was counted: no rule that can lease matched, and
+			// none counts what the client admitted before.
+			b.owed = 0
 			return b.send(next, 0, 0, h, ttl)
 		}
 		if b.lease == 0 {
@@ -389,7 +432,8 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 		}
 		if cl.Permits == 0 && blocks(cl) {
 			// A limit of 0 (a reload may have set it): what is held goes
-			// back at the next report.
+			// back at the next report, and nothing more can be counted.
+			b.owed = 0
 			return b.send(denyAll, 0, 0, h, ttl)
 		}
 		if cl.Permits > 0 {
@@ -419,6 +463,22 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 		return b.send(denyAll, 0, 0, h, ttl)
 	}
 	return b.send(tokenBucket, c, r, h, ttl)
+}
+
+// failed answers a bucket whose quota could not be taken (Redis
+// unreachable, a plugin failing) as its rules' strictest on_error says:
+// deny is DENY_ALL, allow ALLOW_ALL; local sends nothing, so that the
+// client's assignment runs out and its own fallback (Envoy's
+// expired_assignment_behavior) decides.
+func (st *streamState) failed(b *bucket, onError rules.OnError, err error, h time.Time, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	st.s.log.Warn("rlqs: taking quota failed; the rules' on_error decides", "domain", st.domain, "bucket", b.id.GetBucket(), "on_error", onError, "err", err)
+	switch onError {
+	case rules.OnErrorDeny:
+		return b.send(denyAll, 0, 0, h, ttl)
+	case rules.OnErrorLocal:
+		return nil
+	}
+	return b.send(allowAll, 0, 0, h, ttl)
 }
 
 // wantRate is the rate b's client is to be assigned: its demand and a
@@ -454,6 +514,7 @@ func windowLeft(cl host.ClientLease) time.Duration {
 // send records the assignment as b's and returns its action.
 func (b *bucket) send(k kind, c, r int64, h time.Time, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	b.kind, b.capacity, b.rate, b.expires = k, c, r, h
+	b.free = b.free || k == allowAll
 	var strategy *typev3.RateLimitStrategy
 	switch k {
 	case allowAll:
@@ -520,18 +581,21 @@ func (st *streamState) end() {
 			last = b.expires
 		}
 	}
-	settle := func() {
-		ctx := st.s.life
+	time.AfterFunc(max(time.Until(last), 0), func() {
 		now := time.Now()
 		for _, b := range st.buckets {
-			for _, t := range b.takes {
-				if now.Before(t.deadline) {
-					st.giveBack(ctx, b, t, t.unused())
-				}
-			}
+			st.settle(st.s.life, b, now)
+		}
+	})
+}
+
+// settle gives back what b holds: its client's assignments have run out.
+func (st *streamState) settle(ctx context.Context, b *bucket, now time.Time) {
+	for _, t := range b.takes {
+		if now.Before(t.deadline) {
+			st.giveBack(ctx, b, t, t.unused())
 		}
 	}
-	time.AfterFunc(max(time.Until(last), 0), settle)
 }
 
 // bucketKey is a bucket id as a map key, its entries sorted, or why it is
