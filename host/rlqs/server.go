@@ -14,18 +14,21 @@
 // deny is DENY_ALL, allow and local ALLOW_ALL.
 //
 // The accounting. Envoy's token bucket starts full, refills continuously,
-// and keeps its tokens when a new assignment changes only the refill; an
-// assignment lasts its time to live unless renewed. So a client under an
-// assignment of capacity C and rate r may admit, from its last report until
-// the assignment's end h, at most C + r·(h − report). Every Tick the server
-// renews each bucket's assignment until now + TTL and first takes what that
-// worst case needs beyond what it holds for the client; when a report says
-// what the client used, what it holds beyond the worst case goes back to the
-// rules (host.ClientLeases.GiveBack). A take lasts until its window resets
-// (its rules' earliest reset): units a client was granted in one window and
-// may spend in the next are taken again there. When the stream ends, what
-// the client did not report using goes back once its assignments have run
-// out. docs/envoy.md ("Rate limit quota") gives the bound this leaves.
+// and keeps its tokens when a new assignment changes only the refill (it
+// scales them by the new capacity over the old one when that changes); an
+// assignment lasts its time to live unless renewed. So what a client may
+// admit from its last report is bounded by the tokens it had then (a full
+// bucket, as far as the server knows), each bucket it started full since,
+// and every refill until its assignment runs out. Every Tick the server
+// renews each bucket's assignment and first takes what that bound needs
+// beyond what it holds for the client; when a report says what the client
+// used, what it holds beyond the bound goes back to the rules
+// (host.ClientLeases.GiveBack). A take lasts until its window resets (its
+// rules' earliest reset): units a client was granted in one window and
+// may spend in the next are taken again there. When the stream ends, or
+// its client stops reporting a bucket, what the client did not report
+// using goes back once its assignments have run out. docs/envoy.md ("Rate
+// limit quota") gives the bound this leaves.
 package rlqs
 
 import (
@@ -65,6 +68,15 @@ const maxTakes = 4
 
 // takeFor is how long a take lasts when its rules give no reset.
 const takeFor = time.Hour
+
+// slowFill is the fill interval of a token bucket assigned while quota is
+// short: one token an hour, next to none (Envoy needs a refill).
+const slowFill = time.Hour
+
+// sendSlack is how long after it is sent an assignment may reach its
+// client, whose time to live starts then: the refill is counted that
+// much longer.
+const sendSlack = 250 * time.Millisecond
 
 // unknownInterval is a bucket's reporting interval until its reports
 // have said (Envoy's filter reports a new bucket at once, then every
@@ -205,17 +217,18 @@ type bucket struct {
 	id    *rlqsv3.BucketId
 	attrs map[string]string
 	kind  kind
-	// capacity and rate are the token bucket assigned (rate per second),
-	// while kind is tokenBucket; lease is the rules' lease size, 0 until
-	// a take has said.
-	capacity, rate, lease int64
+	// capacity and perSec are the token bucket assigned (its refill a
+	// second), while kind is tokenBucket; lease is the rules' lease size,
+	// 0 until a take has said.
+	capacity, lease int64
+	perSec          float64
 	// expires is when the last assignment sent runs out.
 	expires time.Time
-	// buckets counts the token buckets the client may have admitted from
-	// since its last report: the one it had then, if any, and each sent
-	// since that it starts full (after another kind of assignment, or
-	// none left).
-	buckets int64
+	// bound is the most the client may have admitted from its last report
+	// until boundAt, under the assignments sent: the tokens it had then,
+	// the buckets it started full since and their refills (boundUntil).
+	bound   float64
+	boundAt time.Time
 	// reported is when the last report came; demand its requests a
 	// second; interval the time its last report covered.
 	reported time.Time
@@ -256,12 +269,46 @@ func (b *bucket) held(now time.Time) int64 {
 	return n
 }
 
+// boundUntil is the most b's client may have admitted from its last
+// report until t: bound, and the live token bucket's refill since
+// boundAt.
+func (b *bucket) boundUntil(t time.Time) float64 {
+	n := b.bound
+	if b.kind == tokenBucket {
+		if end := minTime(t, b.expires.Add(sendSlack)); end.After(b.boundAt) {
+			n += b.perSec * end.Sub(b.boundAt).Seconds()
+		}
+	}
+	return n
+}
+
+// added is how many tokens a token bucket of capacity c sent at now adds
+// to what b's client may admit: a full bucket where it has none live;
+// where it has, Envoy scales its tokens by c over the old capacity,
+// which adds at most the difference.
+func (b *bucket) added(c int64, now time.Time) int64 {
+	if b.kind != tokenBucket || !now.Before(b.expires) {
+		return c
+	}
+	return max(c-b.capacity, 0)
+}
+
 // worst is what b's client may admit at most from its last report until
-// h under an assignment of capacity c and rate r: the bucket it had then,
-// each one it started full since, and the refill.
-func (b *bucket) worst(c, r int64, h time.Time) int64 {
-	secs := math.Ceil(max(h.Sub(b.reported), 0).Seconds())
-	return c*b.buckets + r*int64(secs)
+// h if a token bucket of capacity c refilled at perSec is sent at now.
+func (b *bucket) worst(c int64, perSec float64, now, h time.Time) int64 {
+	return admits(b.boundUntil(now) + float64(b.added(c, now)) + perSec*h.Add(sendSlack).Sub(now).Seconds())
+}
+
+// admits is how many requests tokens admit: each takes a whole one
+// (rounding errors counted against the client).
+func admits(tokens float64) int64 { return int64(math.Floor(tokens + 1e-6)) }
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // report takes a usage report: new buckets are answered at once; the
@@ -294,9 +341,11 @@ func (st *streamState) report(ctx context.Context, r *rlqsv3.RateLimitQuotaUsage
 			b.owed += beyond
 		}
 		b.free = b.kind == allowAll && live
-		b.reported, b.buckets = now, 0
+		// From now on, the client may admit the tokens it has (at most a
+		// full bucket) and the refill.
+		b.reported, b.bound, b.boundAt = now, 0, now
 		if b.kind == tokenBucket && live {
-			b.buckets = 1
+			b.bound = float64(b.capacity)
 		}
 		if e := u.GetTimeElapsed().AsDuration(); e >= time.Second {
 			b.demand = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / e.Seconds()
@@ -381,20 +430,10 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 	b.takes = slices.DeleteFunc(b.takes, func(t *take) bool { return !now.Before(t.deadline) })
 	c, r := b.lease, b.wantRate()
 	next := tokenBucket
-	if b.kind != tokenBucket || !now.Before(b.expires) {
-		// The client starts a token bucket sent now full: count it
-		// before taking for it (send counts it for good).
-		b.buckets++
-		defer func() {
-			if b.kind != tokenBucket {
-				b.buckets--
-			}
-		}()
-	}
 	set := st.s.q.Rules()
 	for range maxTakes {
 		held := b.held(now)
-		need := b.worst(c, r, h) - held + b.owed
+		need := b.worst(c, r, now, h) - held + b.owed
 		if b.lease > 0 && need <= 0 && b.rules == set {
 			break
 		}
@@ -409,7 +448,7 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 		}
 		cl, err := st.s.q.Take(ctx, &host.LeaseRequest{Attrs: b.attrs, Permits: ask})
 		if err != nil {
-			return st.failed(b, cl.OnError, err, h, ttl)
+			return st.failed(b, cl.OnError, err, now, ttl)
 		}
 		switch {
 		case !cl.Leasable:
@@ -424,7 +463,7 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 			// Nothing was counted: no rule that can lease matched, and
 			// none counts what the client admitted before.
 			b.owed = 0
-			return b.send(next, 0, 0, h, ttl)
+			return b.send(next, 0, 0, now, ttl)
 		}
 		if b.lease == 0 {
 			b.lease = cl.MaxPermits
@@ -434,7 +473,7 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 			// A limit of 0 (a reload may have set it): what is held goes
 			// back at the next report, and nothing more can be counted.
 			b.owed = 0
-			return b.send(denyAll, 0, 0, h, ttl)
+			return b.send(denyAll, 0, 0, now, ttl)
 		}
 		if cl.Permits > 0 {
 			b.takes = append(b.takes, &take{lease: cl, deadline: now.Add(windowLeft(cl))})
@@ -448,21 +487,33 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 		}
 	}
 	if c == 0 {
-		return b.send(denyAll, 0, 0, h, ttl)
+		return b.send(denyAll, 0, 0, now, ttl)
 	}
-	// Fit the assignment to what is held: a lower rate, or none.
+	// Fit the assignment to what is held: a lower refill or, while quota
+	// is short, a full bucket of what is left with next to no refill.
 	held := b.held(now)
-	if w := b.worst(c, r, h); w > held {
-		secs := int64(math.Ceil(max(h.Sub(b.reported), 0).Seconds()))
-		r = 0
-		if base := c * b.buckets; secs > 0 && held > base {
-			r = (held - base) / secs
+	if b.worst(c, r, now, h) > held {
+		span := h.Add(sendSlack).Sub(now).Seconds()
+		room := float64(held) - b.boundUntil(now) // tokens that may be added
+		if r = math.Floor((room - float64(b.added(c, now))) / span); r < 1 {
+			if b.added(c, now) != c {
+				// The client's bucket is live: what it may still hold
+				// (all of it, as far as ruled knows) is held for it. A
+				// DENY_ALL ends it; the next report gives that back,
+				// and the next renewal a full bucket of what it gets.
+				return b.send(denyAll, 0, 0, now, ttl)
+			}
+			r = 1 / slowFill.Seconds()
+			c = min(c, int64(math.Floor(room-r*span))+1)
+			if b.worst(c, r, now, h) > held {
+				c-- // the refill makes the last token whole
+			}
+			if c < 1 {
+				return b.send(denyAll, 0, 0, now, ttl)
+			}
 		}
 	}
-	if r < 1 {
-		return b.send(denyAll, 0, 0, h, ttl)
-	}
-	return b.send(tokenBucket, c, r, h, ttl)
+	return b.send(tokenBucket, c, r, now, ttl)
 }
 
 // failed answers a bucket whose quota could not be taken (Redis
@@ -470,27 +521,27 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 // deny is DENY_ALL, allow ALLOW_ALL; local sends nothing, so that the
 // client's assignment runs out and its own fallback (Envoy's
 // expired_assignment_behavior) decides.
-func (st *streamState) failed(b *bucket, onError rules.OnError, err error, h time.Time, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+func (st *streamState) failed(b *bucket, onError rules.OnError, err error, now time.Time, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	st.s.log.Warn("rlqs: taking quota failed; the rules' on_error decides", "domain", st.domain, "bucket", b.id.GetBucket(), "on_error", onError, "err", err)
 	switch onError {
 	case rules.OnErrorDeny:
-		return b.send(denyAll, 0, 0, h, ttl)
+		return b.send(denyAll, 0, 0, now, ttl)
 	case rules.OnErrorLocal:
 		return nil
 	}
-	return b.send(allowAll, 0, 0, h, ttl)
+	return b.send(allowAll, 0, 0, now, ttl)
 }
 
-// wantRate is the rate b's client is to be assigned: its demand and a
-// quarter more, at least 1 a second and at most the lease size.
-func (b *bucket) wantRate() int64 {
+// wantRate is the refill a second b's client is to be assigned: its
+// demand and a quarter more, at least 1 and at most the lease size.
+func (b *bucket) wantRate() float64 {
 	if b.lease == 0 {
 		return 0
 	}
 	if b.demand == 0 && b.kind != tokenBucket {
-		return b.lease // no demand known yet
+		return float64(b.lease) // no demand known yet
 	}
-	return min(max(int64(math.Ceil(b.demand*1.25)), 1), b.lease)
+	return float64(min(max(int64(math.Ceil(b.demand*1.25)), 1), b.lease))
 }
 
 // blocks reports whether a rule that cl asked admits nothing at all: a
@@ -511,9 +562,15 @@ func windowLeft(cl host.ClientLease) time.Duration {
 	return left
 }
 
-// send records the assignment as b's and returns its action.
-func (b *bucket) send(k kind, c, r int64, h time.Time, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	b.kind, b.capacity, b.rate, b.expires = k, c, r, h
+// send records the assignment sent at now as b's and returns its action:
+// for a token bucket, of capacity c refilled at perSec a second (1 a
+// second or more, or 1 every slowFill).
+func (b *bucket) send(k kind, c int64, perSec float64, now time.Time, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	b.bound, b.boundAt = b.boundUntil(now), now
+	if k == tokenBucket {
+		b.bound += float64(b.added(c, now))
+	}
+	b.kind, b.capacity, b.perSec, b.expires = k, c, perSec, now.Add(ttl)
 	b.free = b.free || k == allowAll
 	var strategy *typev3.RateLimitStrategy
 	switch k {
@@ -522,9 +579,13 @@ func (b *bucket) send(k kind, c, r int64, h time.Time, ttl time.Duration) *rlqsv
 	case denyAll:
 		strategy = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
 	default:
+		perFill, every := uint32(min(perSec, math.MaxUint32)), time.Second
+		if perSec < 1 {
+			perFill, every = 1, slowFill
+		}
 		strategy = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-			MaxTokens: uint32(min(c, math.MaxUint32)), TokensPerFill: wrapperspb.UInt32(uint32(min(r, math.MaxUint32))),
-			FillInterval: durationpb.New(time.Second)}}}
+			MaxTokens: uint32(min(c, math.MaxUint32)), TokensPerFill: wrapperspb.UInt32(perFill),
+			FillInterval: durationpb.New(every)}}}
 	}
 	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
 		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
@@ -537,7 +598,7 @@ func (b *bucket) send(k kind, c, r int64, h time.Time, ttl time.Duration) *rlqsv
 func (st *streamState) giveBackExcess(ctx context.Context, b *bucket, now time.Time) {
 	keep := int64(0)
 	if b.kind == tokenBucket && now.Before(b.expires) {
-		keep = b.worst(b.capacity, b.rate, b.expires)
+		keep = admits(b.boundUntil(b.expires.Add(sendSlack)))
 	}
 	excess := b.held(now) - keep
 	for i := len(b.takes) - 1; i >= 0 && excess > 0; i-- {
