@@ -92,6 +92,20 @@
 //
 //	go run ./bench -script-cost -concurrency 64 -rounds 5 -duration 3s
 //
+// # RLQS
+//
+// With -rlqs N it measures ruled's rate limit quota service: N simulated
+// Envoy filters (examples/clients/rlqs, reporting every second, denying
+// while a bucket has no assignment), each on its own gRPC connection and
+// deciding in a loop over 10 buckets, against
+// one `ruled serve --rlqs-listen` built from this repository, under an
+// ample quota (every decision allowed) and a scarce one (1000 per tenant,
+// spent in the run). It reports decisions a second per client, reports,
+// assignments and Redis calls a second, ruled's and Redis's CPU, and what
+// the clients admitted of each scarce tenant's limit:
+//
+//	go run ./bench -rlqs 8 -rounds 3 -duration 5s
+//
 // # Drivers
 //
 // With -drivers it measures the plugin drivers instead (issue 18), each in
@@ -159,6 +173,7 @@ type config struct {
 	loadCPUs  string // the scale mode's CPUs for the load; empty: those left
 
 	httpFloor bool   // the http-floor mode
+	rlqs      int    // the rlqs mode's clients
 	floorHTTP string // the HTTP server of -serve-floor: floorNetHTTP, floorFastHTTP or floorAdaptor
 }
 
@@ -183,6 +198,7 @@ func main() {
 	flag.StringVar(&c.scale, "scale", "", "with -envoy: compare the two as the cores they are given grow, these core counts (1,2,4,8; see the package comment)")
 	flag.StringVar(&c.redisCPUs, "redis-cpus", "0", "with -scale: the CPUs of the redis-server")
 	flag.StringVar(&c.loadCPUs, "load-cpus", "", "with -scale: the CPUs of the load (default: those neither Redis's nor the servers')")
+	flag.IntVar(&c.rlqs, "rlqs", 0, "measure the RLQS face instead: this many simulated Envoy filters against one ruled serve --rlqs-listen, decisions a second per client (see the package comment)")
 	flag.BoolVar(&c.httpFloor, "http-floor", false, "measure the protocol floor's HTTP face served by net/http, by fasthttp and through fasthttp's net/http adaptor (see the package comment)")
 	flag.StringVar(&c.floorHTTP, "floor-http", floorNetHTTP, "with -serve-floor: the HTTP server, "+floorNetHTTP+", "+floorFastHTTP+" or "+floorAdaptor)
 	floor := flag.Bool("serve-floor", false, "serve envoy ratelimit's faces on its environment's ports with canned answers: the envoy mode's protocol floor, which the harness starts itself")
@@ -217,6 +233,8 @@ func main() {
 		runMode = runScriptCost
 	case c.httpFloor:
 		runMode = runHTTPFloor
+	case c.rlqs > 0:
+		runMode = runRLQS
 	}
 	if err := runMode(c); err != nil {
 		pprof.StopCPUProfile()
