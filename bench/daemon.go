@@ -46,13 +46,7 @@ func startDaemon(ctx context.Context, ruled, dir, redisURL string, sc driverScen
 	_ = ln.Close()
 	args := append([]string{"serve", "--rules", rules, "--listen", addr, "--redis", redisURL}, sc.args...)
 	cmd := exec.Command(ruled, args...)
-	cmd.Dir = dir
-	// The default configuration: no RULED_* variable of this shell.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RULED_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	cmd.Dir, cmd.Env = dir, defaultEnv()
 	p, err := startProc(cmd, filepath.Join(dir, sc.name+".log"))
 	if err != nil {
 		return nil, fmt.Errorf("%s: starting ruled: %w", sc.name, err)
@@ -65,6 +59,18 @@ func startDaemon(ctx context.Context, ruled, dir, redisURL string, sc driverScen
 		return nil, fmt.Errorf("%s: %w\n%s", sc.name, err, d.logTail())
 	}
 	return d, nil
+}
+
+// defaultEnv is this process's environment without its RULED_*
+// variables: ruled run in its default configuration.
+func defaultEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RULED_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // waitOK polls url until it answers 200, the process whose exit closes

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -108,14 +107,9 @@ func rlqsOnce(ctx context.Context, bin, dir, redisURL string, load rlqsLoad, cli
 	if err := os.WriteFile(rules, []byte(text), 0o600); err != nil {
 		return r, err
 	}
-	httpAddr, rlqsAddr, err := freeAddr(), freeAddr(), error(nil)
+	httpAddr, rlqsAddr := freeAddr(), freeAddr()
 	cmd := exec.Command(bin, "serve", "--rules", rules, "--listen", httpAddr, "--rlqs-listen", rlqsAddr, "--redis", redisURL)
-	cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RULED_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	cmd.Dir, cmd.Env = dir, defaultEnv()
 	p, err := startProc(cmd, filepath.Join(dir, load.name+".log"))
 	if err != nil {
 		return r, err
