@@ -16,12 +16,16 @@ import (
 	"testing"
 	"time"
 
+	rlqfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3" // the bucket id's header input
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	rlqsclient "github.com/ruled-dev/ruled/examples/clients/rlqs"
@@ -543,4 +547,58 @@ func TestRLQSClientMovesToAnotherInstance(t *testing.T) {
 			admitted, unassigned, after.Denied-before.Denied, first, limit)
 	}
 	t.Logf("admitted %d through the first instance, %d through the second (%d without an assignment)", first, admitted, unassigned)
+}
+
+// TestRLQSEnvoyConfigInTheDocsIsValid: the rate_limit_quota filter's
+// configuration in docs/envoy.md is one Envoy accepts: it reads as the
+// filter's config (every field and type name known) and passes its
+// validation rules, and its bucket settings name the domain and the bucket
+// id the text says.
+func TestRLQSEnvoyConfigInTheDocsIsValid(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	start := strings.Index(text, "```yaml\nhttp_filters:\n- name: envoy.filters.http.rate_limit_quota\n")
+	if start < 0 {
+		t.Fatal("docs/envoy.md: no rate_limit_quota filter block")
+	}
+	block := text[start+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	var top struct {
+		Filters []struct {
+			TypedConfig map[string]any `yaml:"typed_config"`
+		} `yaml:"http_filters"`
+	}
+	if err := yaml.Unmarshal([]byte(block), &top); err != nil || len(top.Filters) != 1 {
+		t.Fatalf("docs/envoy.md's block: %v (%d filters)", err, len(top.Filters))
+	}
+	raw := top.Filters[0].TypedConfig
+	if raw["@type"] != "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig" {
+		t.Fatalf("@type %v", raw["@type"])
+	}
+	delete(raw, "@type")
+	js, err := json.Marshal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg rlqfilterv3.RateLimitQuotaFilterConfig
+	if err := protojson.Unmarshal(js, &cfg); err != nil {
+		t.Fatalf("not the filter's config: %v", err)
+	}
+	if err := cfg.ValidateAll(); err != nil {
+		t.Fatalf("Envoy's validation refuses it: %v", err)
+	}
+	var settings rlqfilterv3.RateLimitQuotaBucketSettings
+	if err := cfg.GetBucketMatchers().GetOnNoMatch().GetAction().GetTypedConfig().UnmarshalTo(&settings); err != nil {
+		t.Fatal(err)
+	}
+	if err := settings.ValidateAll(); err != nil {
+		t.Fatalf("Envoy's validation refuses the bucket settings: %v", err)
+	}
+	ids := settings.GetBucketIdBuilder().GetBucketIdBuilder()
+	if cfg.GetDomain() != "edge" || ids["route"].GetStringValue() != "api" || ids["tenant"].GetCustomValue() == nil {
+		t.Fatalf("domain %q, bucket id %v: not what the text says", cfg.GetDomain(), ids)
+	}
 }
