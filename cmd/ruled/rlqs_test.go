@@ -365,7 +365,7 @@ func TestRLQSRefusesHostileReports(t *testing.T) {
 // ALLOW_ALL, deny: DENY_ALL) or, for local, is not renewed and runs out,
 // leaving the decision to the filter's own fallback; once Redis answers
 // again, every bucket has its token bucket back, and what ALLOW_ALL
-// admitted is not counted.
+// admitted is not counted. The failures are logged without a flood.
 func TestRLQSWhenRedisIsUnreachable(t *testing.T) {
 	srv := redistest.Start(t)
 	d, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"), "--redis", srv.URL())
@@ -377,6 +377,7 @@ func TestRLQSWhenRedisIsUnreachable(t *testing.T) {
 		waitAssignment(t, c, id, "token_bucket max=10 ")
 	}
 	srv.Pause()
+	paused := time.Now()
 	t.Cleanup(srv.Resume)
 	for route, a := range want {
 		waitAssignmentWithin(t, c, map[string]string{"route": route, "tenant": "outage"}, a, 15*time.Second)
@@ -391,6 +392,11 @@ func TestRLQSWhenRedisIsUnreachable(t *testing.T) {
 	sent := c.Stats().Reports
 	waitFor(t, 10*time.Second, "a report of the admissions", func() bool { return c.Stats().Reports >= sent+2 })
 	srv.Resume()
+	// Every bucket failed at every renewal; the log says so once in 10 s.
+	outage := time.Since(paused)
+	if n, most := strings.Count(d.log.String(), "taking quota failed"), 1+int(outage/(10*time.Second)); n < 1 || n > most {
+		t.Fatalf("%d warnings of failed takes in the log in an outage of %v, want 1 to %d", n, outage.Round(time.Second), most)
+	}
 	for route := range want {
 		waitAssignmentWithin(t, c, map[string]string{"route": route, "tenant": "outage"}, "token_bucket max=10 ", 15*time.Second)
 	}

@@ -50,6 +50,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ruled-dev/ruled/host"
+	"github.com/ruled-dev/ruled/internal/lograte"
 	"github.com/ruled-dev/ruled/rules"
 )
 
@@ -117,6 +118,10 @@ type Server struct {
 	q    Quota
 	opts Options
 	log  *slog.Logger
+	// warnings lets through one line of each kind of warning every
+	// warnEvery: during an outage every bucket of every stream fails at
+	// every tick, and a client chooses how many buckets it has.
+	warnings *lograte.Gate
 	// life is the server's: when it is done the streams end, and so do
 	// the give-backs of ended streams, which outlive them.
 	life context.Context
@@ -139,7 +144,19 @@ func NewServer(ctx context.Context, q Quota, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{q: q, opts: opts, log: log.With("component", "rlqs"), life: ctx}, nil
+	return &Server{q: q, opts: opts, log: log.With("component", "rlqs"), warnings: lograte.NewGate(warnEvery), life: ctx}, nil
+}
+
+// warnEvery is the least time between two warnings of one kind, as for
+// the engine's degraded decisions.
+const warnEvery = 10 * time.Second
+
+// warn logs msg at WARN unless a line of it was written within warnEvery;
+// the next line written says how many were held back ("suppressed").
+func (s *Server) warn(msg string, args ...any) {
+	if ok, n := s.warnings.Allow(msg, time.Now()); ok {
+		s.log.Warn(msg, append(args, "suppressed", n)...)
+	}
 }
 
 // StreamRateLimitQuotas serves one client's stream: it answers each new
@@ -522,7 +539,7 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 // client's assignment runs out and its own fallback (Envoy's
 // expired_assignment_behavior) decides.
 func (st *streamState) failed(b *bucket, onError rules.OnError, err error, now time.Time, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	st.s.log.Warn("rlqs: taking quota failed; the rules' on_error decides", "domain", st.domain, "bucket", b.id.GetBucket(), "on_error", onError, "err", err)
+	st.s.warn("rlqs: taking quota failed; the rules' on_error decides", "domain", st.domain, "bucket", b.id.GetBucket(), "on_error", onError, "err", err)
 	switch onError {
 	case rules.OnErrorDeny:
 		return b.send(denyAll, 0, 0, now, ttl)
@@ -626,7 +643,7 @@ func (st *streamState) giveBack(ctx context.Context, b *bucket, t *take, n int64
 	ret := &host.LeaseReturn{Attrs: b.attrs, Permits: t.lease.Permits - t.back, Unused: n, Holds: holds, Deadline: t.deadline}
 	t.back += n // given back or not, the server holds them no more
 	if _, err := st.s.q.GiveBack(ctx, ret); err != nil && !errors.Is(err, host.ErrLateReturn) {
-		st.s.log.Warn("rlqs: giving back unused quota failed; it stays counted until its window ends",
+		st.s.warn("rlqs: giving back unused quota failed; it stays counted until its window ends",
 			"domain", st.domain, "bucket", b.id.GetBucket(), "units", n, "err", err)
 	}
 }
