@@ -38,12 +38,10 @@ func startDaemon(ctx context.Context, ruled, dir, redisURL string, sc driverScen
 	if err := os.WriteFile(rules, []byte(sc.rules), 0o600); err != nil {
 		return nil, fmt.Errorf("%s: writing the rules: %w", sc.name, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
-		return nil, fmt.Errorf("%s: finding a free port: %w", sc.name, err)
+		return nil, fmt.Errorf("%s: %w", sc.name, err)
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	args := append([]string{"serve", "--rules", rules, "--listen", addr, "--redis", redisURL}, sc.args...)
 	cmd := exec.Command(ruled, args...)
 	cmd.Dir, cmd.Env = dir, defaultEnv()
@@ -59,6 +57,16 @@ func startDaemon(ctx context.Context, ruled, dir, redisURL string, sc driverScen
 		return nil, fmt.Errorf("%s: %w\n%s", sc.name, err, d.logTail())
 	}
 	return d, nil
+}
+
+// freeAddr is a free loopback address, for a server the harness starts.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // defaultEnv is this process's environment without its RULED_*

@@ -51,21 +51,13 @@ type rlsServer struct {
 // startRLS runs bin with envoy ratelimit's environment env plus its own
 // listeners on free loopback ports, and waits until /healthcheck says OK.
 func startRLS(ctx context.Context, name, bin, dir string, env []string, args []string, conns int) (*rlsServer, error) {
-	free := func() (string, string, error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", "", err
-		}
-		defer ln.Close()
-		h, p, _ := net.SplitHostPort(ln.Addr().String())
-		return h, p, nil
-	}
 	var addrs [3][2]string
 	for i := range addrs {
-		h, p, err := free()
+		addr, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
+		h, p, _ := net.SplitHostPort(addr)
 		addrs[i] = [2]string{h, p}
 	}
 	env = append(slices.Clone(env), "HOST="+addrs[0][0], "PORT="+addrs[0][1], "GRPC_HOST="+addrs[1][0], "GRPC_PORT="+addrs[1][1],

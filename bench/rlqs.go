@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,7 +106,14 @@ func rlqsOnce(ctx context.Context, bin, dir, redisURL string, load rlqsLoad, cli
 	if err := os.WriteFile(rules, []byte(text), 0o600); err != nil {
 		return r, err
 	}
-	httpAddr, rlqsAddr := freeAddr(), freeAddr()
+	httpAddr, err := freeAddr()
+	if err != nil {
+		return r, err
+	}
+	rlqsAddr, err := freeAddr()
+	if err != nil {
+		return r, err
+	}
 	cmd := exec.Command(bin, "serve", "--rules", rules, "--listen", httpAddr, "--rlqs-listen", rlqsAddr, "--redis", redisURL)
 	cmd.Dir, cmd.Env = dir, defaultEnv()
 	p, err := startProc(cmd, filepath.Join(dir, load.name+".log"))
@@ -184,16 +190,6 @@ func rlqsOnce(ctx context.Context, bin, dir, redisURL string, load rlqsLoad, cli
 		_ = c.Close()
 	}
 	return r, nil
-}
-
-// freeAddr is a free loopback address.
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "127.0.0.1:0"
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // printRLQS prints one load's figures: medians over the rounds, and each
