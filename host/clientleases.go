@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -40,6 +41,12 @@ type LeaseRequest struct {
 	Request Request
 	Attrs   map[string]string
 	Permits int64 // wanted, 1 to MaxClientLease
+	// LimitShare, above 0, lets rules without a lease size (no lease: N)
+	// lease too, each at most this share of the limit its plugin reports
+	// (rounded up, at least 1): the RLQS server's sizing for rules written
+	// for per-request checks, such as those translated from envoy
+	// ratelimit. 0: such rules cannot lease. At most 1.
+	LimitShare float64
 }
 
 // LeaseHold is what one rule counted for a client lease: Taken units of
@@ -73,6 +80,7 @@ type ClientLease struct {
 	TTL     time.Duration
 	// MaxPermits is the most one lease of these rules gives: the least
 	// lease size of the enforcing rules (MaxClientLease when none matched).
+	// A rule sized by LimitShare has its size known once it granted.
 	MaxPermits int64
 	// RetryAfter, when Permits is 0, is the denying rule's retry-after, and
 	// DenyFirm says whether the client may deny until then without asking
@@ -107,6 +115,9 @@ type LeaseReturn struct {
 	Permits int64 // the lease's
 	Unused  int64 // 0 to Permits
 	Holds   []LeaseHold
+	// LimitShare is the LeaseRequest's: holds of rules without a lease
+	// size go back only when it is above 0.
+	LimitShare float64
 	// ID is the lease's ClientLease.ID: of all the returns naming it, on
 	// every instance sharing the Redis, only the first that gives units
 	// back is credited.
@@ -167,6 +178,9 @@ func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLeas
 	if req.Permits < 1 || req.Permits > MaxClientLease {
 		return ClientLease{}, fmt.Errorf("lease: permits must be between 1 and %d, got %d", MaxClientLease, req.Permits)
 	}
+	if !(req.LimitShare >= 0 && req.LimitShare <= 1) {
+		return ClientLease{}, fmt.Errorf("lease: limit share must be between 0 and 1, got %v", req.LimitShare)
+	}
 	b := newBudget(ctx, time.Now(), cl.e.timeout)
 	g := cl.e.gen.Load()
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
@@ -175,10 +189,10 @@ func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLeas
 	sels = slices.DeleteFunc(sels, func(sel rules.Selection) bool { return sel.Rule.Exempt && sel.Err == nil })
 	out := ClientLease{Leasable: true, TTL: ClientLeaseTTL, MaxPermits: MaxClientLease}
 	for _, sel := range sels {
-		if why := notLeasable(sel); why != "" {
+		if why := notLeasable(sel, req.LimitShare); why != "" {
 			return ClientLease{Reason: why, OnError: sel.Rule.OnError}, nil
 		}
-		if !sel.Rule.Shadow {
+		if !sel.Rule.Shadow && sel.Rule.Lease > 0 {
 			out.MaxPermits = min(out.MaxPermits, sel.Rule.Lease)
 		}
 	}
@@ -191,6 +205,14 @@ func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLeas
 	permits, err := decideRules(ctx, g, b, leaseMode, sels, &ask, &res)
 	if err != nil {
 		return failed, fmt.Errorf("lease: %w", err)
+	}
+	if sized := limitShareSize(sels, res.Results, req.LimitShare); sized < out.MaxPermits {
+		out.MaxPermits = sized
+		if permits > sized {
+			// Taken before the size was known: the rest goes back.
+			refundRules(ctx, g, b, sels, res.Results, sized, "", req.Attrs)
+			permits = sized
+		}
 	}
 	out.Permits, out.Results = permits, res.Results
 	if permits == 0 && len(res.Results) > 0 {
@@ -233,13 +255,31 @@ func strictestOnError(sels []rules.Selection) rules.OnError {
 	return out
 }
 
-// notLeasable says why sel's rule cannot lease to clients, or "".
-func notLeasable(sel rules.Selection) string {
+// limitShareSize is the least lease size of the enforcing rules without
+// lease: N among those decided (results, in the order of sels), share of
+// the limit each reported, rounded up and at least 1; MaxClientLease when
+// there are none (or share is 0).
+func limitShareSize(sels []rules.Selection, results []RuleResult, share float64) int64 {
+	size := int64(MaxClientLease)
+	if share <= 0 {
+		return size
+	}
+	for i, rr := range results {
+		if rule := sels[i].Rule; rule.Lease <= 0 && !rule.Shadow {
+			size = min(size, max(int64(math.Ceil(share*float64(max(rr.Limit, 0)))), 1))
+		}
+	}
+	return size
+}
+
+// notLeasable says why sel's rule cannot lease to clients, or "": a rule
+// without a lease size leases only with a limit share above 0.
+func notLeasable(sel rules.Selection, limitShare float64) string {
 	rule := sel.Rule
 	switch {
 	case sel.Err != nil:
 		return fmt.Sprintf("rule %s: %v", rule.Name, sel.Err)
-	case rule.Lease <= 0:
+	case rule.Lease <= 0 && limitShare <= 0:
 		return fmt.Sprintf("rule %s has no lease size (lease: N)", rule.Name)
 	case !rule.Traits.Leasable:
 		return fmt.Sprintf("rule %s: plugin %s does not declare leasable grants", rule.Name, rule.Plugin)
@@ -381,7 +421,7 @@ func (cl *ClientLeases) refundLease(ctx context.Context, g *generation, ret *Lea
 		}
 		for _, sel := range sels {
 			rule := sel.Rule
-			if rule.Name != h.Rule || sel.Subject != h.Subject || notLeasable(sel) != "" || !rule.Traits.Refunds {
+			if rule.Name != h.Rule || sel.Subject != h.Subject || notLeasable(sel, ret.LimitShare) != "" || !rule.Traits.Refunds {
 				continue
 			}
 			if _, err := g.refundRule(ctx, b, sel, back, "", nil); err != nil {

@@ -220,3 +220,50 @@ func TestClientLeaseTakesNothingUnsigned(t *testing.T) {
 		t.Fatalf("per-ip has %d left after the refused lease, %d before: the lease took permits", after, before)
 	}
 }
+
+// A rule without lease: N leases only when the request gives a limit
+// share: at most that share of the limit it reports, rounded up, what it
+// granted beyond going back at once; and only then do its holds go back.
+func TestClientLeaseSizedByTheLimitShare(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv, `rules:
+  - name: unleased
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 38, window: 1h}
+`, time.Second)
+	ctx := context.Background()
+	req := host.Request{IP: "192.0.2.9"}
+	cl := e.ClientLeases()
+
+	l, err := cl.Take(ctx, &host.LeaseRequest{Request: req, Permits: 1000})
+	if err != nil || l.Leasable || !strings.Contains(l.Reason, "rule unleased has no lease size") {
+		t.Fatalf("lease without a limit share = %+v (%v), want refused for no lease size", l, err)
+	}
+	if _, err := cl.Take(ctx, &host.LeaseRequest{Request: req, Permits: 1, LimitShare: 1.5}); err == nil {
+		t.Fatal("a limit share of 1.5 was taken")
+	}
+
+	// A quarter of 38, rounded up: 10; the other 28 of the 38 granted
+	// went back at once.
+	l, err = cl.Take(ctx, &host.LeaseRequest{Request: req, Permits: 1000, LimitShare: 0.25})
+	if err != nil || !l.Leasable || l.Permits != 10 || l.MaxPermits != 10 {
+		t.Fatalf("lease = %+v (%v), want 10 permits, a lease size of 10", l, err)
+	}
+	if got := peekRemaining(t, e, req, "unleased"); got != 28 {
+		t.Fatalf("remaining %d after a lease of 10 of 38, want 28", got)
+	}
+
+	// Its holds go back only with the share (the rule leases only then).
+	ret := host.LeaseReturn{Request: req, Permits: l.Permits, Unused: 7, Holds: l.Holds(), Deadline: time.Now().Add(time.Minute)}
+	if n, err := cl.GiveBack(ctx, &ret); err != nil || n != 0 {
+		t.Fatalf("gave back %d (%v) without the share, want 0", n, err)
+	}
+	ret.LimitShare = 0.25
+	if n, err := cl.GiveBack(ctx, &ret); err != nil || n != 7 {
+		t.Fatalf("gave back %d (%v), want the 7 unused", n, err)
+	}
+	if got := peekRemaining(t, e, req, "unleased"); got != 35 {
+		t.Fatalf("remaining %d after 3 of a lease were used, want 35", got)
+	}
+}

@@ -96,6 +96,8 @@ type envoySettings struct {
 	tracingInstance              string
 	tracingRate                  float64
 	otel                         tracing.Config // what the OTEL_* variables say
+	rlqsListen                   string         // ruledVars': envoy ratelimit has no RLQS
+	rlqsShare                    float64
 }
 
 // envoyVar is one of envoy ratelimit's environment variables: its
@@ -196,13 +198,22 @@ var envoyVars = []envoyVar{
 	{"MEMCACHE_HOST_PORT", "", "", nil},
 }
 
+// ruledVars are ruled's own variables that the envoy ratelimit mode reads
+// beside envoy ratelimit's, for what envoy ratelimit does not have: they
+// are serve's flags' variables (docs/operations.md). docs/envoy.md lists
+// them too; TestEnvoyVarsDocumented keeps the two together.
+var ruledVars = []envoyVar{
+	{envName("rlqs-listen"), "", "gRPC listener for Envoy's rate limit quota service, RLQS (off when unset; docs/envoy.md, Rate limit quota)", str(func(s *envoySettings) *string { return &s.rlqsListen })},
+	{envName("rlqs-lease-share"), strconv.FormatFloat(defaultRLQSLeaseShare, 'g', -1, 64), "the share of a rule's limit one RLQS client may hold at a time (the translated rules have no lease: N)", share(func(s *envoySettings) *float64 { return &s.rlqsShare })},
+}
+
 // readEnvoyEnv reads envoy ratelimit's settings, with its defaults, and
-// names the variables set that ruled does not support. Environment
-// variables that envoy ratelimit does not read are left alone.
+// ruledVars, with theirs, and names the variables set that ruled does not
+// support. Other environment variables are left alone.
 func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, []string, error) {
 	s := &envoySettings{}
 	var unsupported []string
-	for _, v := range envoyVars {
+	for _, v := range slices.Concat(envoyVars, ruledVars) {
 		val, set := lookup(v.name)
 		if v.set == nil {
 			if set {
@@ -277,6 +288,18 @@ func float(field func(*envoySettings) *float64) func(*envoySettings, string) err
 	}
 }
 
+// share reads a share, a number from 0 to 1 (checkShare).
+func share(field func(*envoySettings) *float64) func(*envoySettings, string) error {
+	return func(s *envoySettings, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return errShare
+		}
+		*field(s) = f
+		return checkShare(f)
+	}
+}
+
 // headers reads key:value pairs separated by commas, as envoy ratelimit's
 // map settings are written.
 func headers(field func(*envoySettings) *map[string]string) func(*envoySettings, string) error {
@@ -309,6 +332,7 @@ func (s *envoySettings) serveConfig() (serveConfig, error) {
 	c.grpcListen = net.JoinHostPort(s.grpcHost, strconv.Itoa(s.grpcPort))
 	c.debugListen = net.JoinHostPort(s.debugHost, strconv.Itoa(s.debugPort))
 	c.logFormat, c.mergeDomains = s.logFormat, s.mergeDomains
+	c.rlqsListen, c.rlqsShare = s.rlqsListen, s.rlqsShare
 	if s.redisTimeout > 0 {
 		c.redisTimeout = s.redisTimeout
 	}

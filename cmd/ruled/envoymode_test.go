@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -44,6 +45,8 @@ func TestEnvoyDefaults(t *testing.T) {
 		"log format":  {c.logFormat, "text"},
 		"tls cert":    {c.tlsCert, ""},
 		"client refs": {c.refundsFlag, "allow"},
+		"rlqs":        {c.rlqsListen, ""},
+		"rlqs share":  {fmt.Sprint(c.rlqsShare), "0.1"},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("%s: %q, want %q", what, got[0], got[1])
@@ -95,6 +98,8 @@ func TestEnvoyBadSettings(t *testing.T) {
 		"BACKEND_TYPE=memcache":    `BACKEND_TYPE="memcache": ruled keeps its state in Redis only`,
 		"GRPC_SERVER_USE_TLS=true": "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
 		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=novalue": "want key:value pairs",
+		"RULED_RLQS_LEASE_SHARE=1.5":                        `RULED_RLQS_LEASE_SHARE="1.5": want a share from 0 to 1`,
+		"RULED_RLQS_LEASE_SHARE=a tenth":                    `RULED_RLQS_LEASE_SHARE="a tenth": want a share from 0 to 1`,
 	} {
 		s, _, err := readEnvoyEnv(envFrom(env))
 		if err == nil {
@@ -119,12 +124,12 @@ func TestEnvoyUnsupportedNamed(t *testing.T) {
 	}
 }
 
-// envoyVarsTable is docs/envoy.md's table of the variables, made from
-// envoyVars.
-func envoyVarsTable() string {
+// varsTable is a table of docs/envoy.md made from vars, whose defaults
+// the column head names.
+func varsTable(vars []envoyVar, defaults string) string {
 	var b strings.Builder
-	b.WriteString("| variable | envoy ratelimit's default | what ruled does |\n|---|---|---|\n")
-	for _, v := range envoyVars {
+	b.WriteString("| variable | " + defaults + " | what ruled does |\n|---|---|---|\n")
+	for _, v := range vars {
 		def := "(none)"
 		if v.def != "" {
 			def = "`" + v.def + "`"
@@ -138,30 +143,34 @@ func envoyVarsTable() string {
 	return b.String()
 }
 
-// TestEnvoyVarsDocumented: docs/envoy.md's table of variables is the one
-// the code reads (go test -run TestEnvoyVarsDocumented -update rewrites
-// it).
+// TestEnvoyVarsDocumented: docs/envoy.md's tables of variables, envoy
+// ratelimit's and ruled's own, are the ones the code reads (go test -run
+// TestEnvoyVarsDocumented -update rewrites them).
 func TestEnvoyVarsDocumented(t *testing.T) {
 	path := filepath.Join("..", "..", "docs", "envoy.md")
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- envoy-vars -->\n", "<!-- /envoy-vars -->"
-	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
-	if i < 0 || j < i {
-		t.Fatalf("%s has no %q ... %q block", path, begin, end)
-	}
-	want := envoyVarsTable()
-	if got := string(doc[i+len(begin) : j]); got != want {
-		if *update {
-			out := string(doc[:i+len(begin)]) + want + string(doc[j:])
-			if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			return
+	for _, table := range []struct{ mark, want string }{
+		{"envoy-vars", varsTable(envoyVars, "envoy ratelimit's default")},
+		{"ruled-vars", varsTable(ruledVars, "default")},
+	} {
+		doc, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Errorf("docs/envoy.md's table differs from envoyVars (go test -run TestEnvoyVarsDocumented -update):\n%s", want)
+		begin, end := "<!-- "+table.mark+" -->\n", "<!-- /"+table.mark+" -->"
+		i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
+		if i < 0 || j < i {
+			t.Fatalf("%s has no %q ... %q block", path, begin, end)
+		}
+		if got := string(doc[i+len(begin) : j]); got != table.want {
+			if *update {
+				out := string(doc[:i+len(begin)]) + table.want + string(doc[j:])
+				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			t.Errorf("docs/envoy.md's %s table differs from the code (go test -run TestEnvoyVarsDocumented -update):\n%s", table.mark, table.want)
+		}
 	}
 }
 

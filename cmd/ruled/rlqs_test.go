@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	rlqfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3" // the bucket id's header input
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
@@ -77,13 +79,19 @@ const rlqsRules = `rules:
     when: attrs.route == "unleased"
     subject: attrs.tenant
     plugin: fixedwindow
-    config: {limit: 5, window: 1h}
+    config: {limit: 50, window: 1h}
     on_error: deny
-  - name: unleased-open
-    when: attrs.route == "unleased-open"
+  - name: shaped
+    when: attrs.route == "shaped"
     subject: attrs.tenant
-    plugin: fixedwindow
-    config: {limit: 5, window: 1h}
+    plugin: leaky
+    config: {capacity: 5, rate: 10, per: 1s}
+    on_error: deny
+  - name: shaped-open
+    when: attrs.route == "shaped-open"
+    subject: attrs.tenant
+    plugin: leaky
+    config: {capacity: 5, rate: 10, per: 1s}
     on_error: allow
 `
 
@@ -146,24 +154,32 @@ func waitAssignmentWithin(t *testing.T, c *rlqsclient.Client, id map[string]stri
 // and the real binary assigns what its rules say: nothing limits a bucket
 // no rule matches or an exempt rule admits (ALLOW_ALL), a limit of 0 is
 // DENY_ALL, a rule that cannot lease follows its on_error (deny: DENY_ALL,
-// allow: ALLOW_ALL), and a leased quota is a token bucket of the lease
-// size.
+// allow: ALLOW_ALL), a leased quota is a token bucket of the lease size,
+// and a rule without lease: N one of --rlqs-lease-share of its limit (a
+// tenth by default; with 0 it cannot lease).
 func TestRLQSAssignsWhatTheRulesSay(t *testing.T) {
-	_, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"))
-	waitFor(t, 15*time.Second, "gRPC health SERVING on the RLQS listener", func() bool {
-		h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
-		return err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	})
-	c := rlqsClient(t, conn, time.Second)
-	for _, tc := range []struct {
-		route, want string
-	}{{"free", "allow_all"}, {"vip", "allow_all"}, {"blocked", "deny_all"}, {"unleased", "deny_all"},
-		{"unleased-open", "allow_all"}, {"api", "token_bucket max=10 "}} {
-		id := map[string]string{"route": tc.route, "tenant": "acme"}
-		if !c.Allow(id) {
-			t.Errorf("%s: the first request denied: Envoy admits while a bucket has no assignment", tc.route)
-		}
-		waitAssignment(t, c, id, tc.want)
+	for _, run := range []struct {
+		args     []string
+		unleased string
+	}{{nil, "token_bucket max=5 "}, {[]string{"--rlqs-lease-share", "0.5"}, "token_bucket max=25 "}, {[]string{"--rlqs-lease-share", "0"}, "deny_all"}} {
+		t.Run(strings.Join(append([]string{"share"}, run.args...), " "), func(t *testing.T) {
+			_, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"), run.args...)
+			waitFor(t, 15*time.Second, "gRPC health SERVING on the RLQS listener", func() bool {
+				h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+				return err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING
+			})
+			c := rlqsClient(t, conn, time.Second)
+			for _, tc := range []struct {
+				route, want string
+			}{{"free", "allow_all"}, {"vip", "allow_all"}, {"blocked", "deny_all"}, {"shaped", "deny_all"},
+				{"shaped-open", "allow_all"}, {"api", "token_bucket max=10 "}, {"unleased", run.unleased}} {
+				id := map[string]string{"route": tc.route, "tenant": "acme"}
+				if !c.Allow(id) {
+					t.Errorf("%s: the first request denied: Envoy admits while a bucket has no assignment", tc.route)
+				}
+				waitAssignment(t, c, id, tc.want)
+			}
+		})
 	}
 }
 
@@ -171,7 +187,13 @@ func TestRLQSAssignsWhatTheRulesSay(t *testing.T) {
 // /v1/admin/counters.
 func counterUsed(t *testing.T, d *daemon, rule, subject string) int64 {
 	t.Helper()
-	resp, err := http.Get(d.base + "/v1/admin/counters?rule=" + rule)
+	return counterUsedAt(t, d.base, rule, subject)
+}
+
+// counterUsedAt is counterUsed of the HTTP API at base.
+func counterUsedAt(t *testing.T, base, rule, subject string) int64 {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/admin/counters?rule=" + url.QueryEscape(rule))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,4 +629,83 @@ func TestRLQSEnvoyConfigInTheDocsIsValid(t *testing.T) {
 	if cfg.GetDomain() != "edge" || ids["route"].GetStringValue() != "api" || ids["tenant"].GetCustomValue() == nil {
 		t.Fatalf("domain %q, bucket id %v: not what the text says", cfg.GetDomain(), ids)
 	}
+}
+
+// TestRLQSEnvoyRatelimitMode: the binary as envoy ratelimit serves RLQS on
+// RULED_RLQS_LISTEN, on the rules translated from envoy ratelimit's
+// config: a bucket id that names its descriptor as an RLS call does
+// (descriptor_keys and the entries) is a token bucket of
+// RULED_RLQS_LEASE_SHARE of the descriptor's limit; a client asking more
+// admits no more than the limit (and what it admitted without an
+// assignment); and RLS calls share the count: once a client that admitted
+// part of the limit is gone, what was taken for it and not used is back,
+// and RLS admits exactly the rest.
+func TestRLQSEnvoyRatelimitMode(t *testing.T) {
+	root := t.TempDir()
+	conf := filepath.Join(root, "ratelimit", "config")
+	const limit = 40
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, conf, "edge.yaml", fmt.Sprintf("domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", limit))
+	rdb := redistest.Start(t)
+	addr := freePort(t)
+	rl := startRatelimit(t, buildRuled(t), []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(), "USE_STATSD=false", "LOG_LEVEL=info",
+		"RULED_RLQS_LISTEN=" + addr, "RULED_RLQS_LEASE_SHARE=0.5"}, "envoy-ratelimit")
+	waitFor(t, 30*time.Second, "/healthcheck 200", func() bool { return rl.healthcheck() == http.StatusOK })
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	bucket := func(tenant string) map[string]string {
+		return map[string]string{"descriptor_keys": "tenant", "tenant": tenant}
+	}
+
+	// A bucket id without descriptor_keys is no descriptor of the config.
+	c := rlqsClient(t, conn, time.Second)
+	loose := map[string]string{"tenant": "acme"}
+	c.Allow(loose)
+	waitAssignment(t, c, loose, "allow_all")
+
+	// One client asks far more than the limit.
+	id := bucket("acme")
+	c.Allow(id)
+	waitAssignment(t, c, id, fmt.Sprintf("token_bucket max=%d ", limit/2))
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		c.Allow(id)
+	}
+	st := c.Stats()
+	if admitted, unassigned := st.Allowed-1, st.Unassigned-1; admitted > limit+unassigned || st.Denied == 0 { // less the loose bucket's request
+		t.Fatalf("admitted %d (%d without an assignment), denied %d: want at most %d admitted", admitted, unassigned, st.Denied, limit)
+	}
+
+	// Another admits part of its limit, and stops.
+	c2 := rlqsClient(t, conn, time.Second)
+	id2 := bucket("beta")
+	c2.Allow(id2)
+	waitAssignment(t, c2, id2, fmt.Sprintf("token_bucket max=%d ", limit/2))
+	for c2.Stats().Allowed < limit/2+5 {
+		c2.Allow(id2)
+		time.Sleep(5 * time.Millisecond)
+	}
+	st2 := c2.Stats()
+	sent := st2.Reports
+	waitFor(t, 30*time.Second, "two more reports", func() bool { return c2.Stats().Reports >= sent+2 })
+	_ = c2.Close()
+	waitFor(t, 15*time.Second, fmt.Sprintf("the count down to the %d admitted", st2.Allowed), func() bool {
+		return counterUsedAt(t, "http://"+rl.http, "edge-tenant", "tenant=beta") == st2.Allowed
+	})
+	rls := dialRLS(t, rl.grpc)
+	var ok int64
+	for range limit {
+		if rls.ask(1, entries("tenant", "beta")).GetOverallCode() == rlsv3.RateLimitResponse_OK {
+			ok++
+		}
+	}
+	if ok != limit-st2.Allowed {
+		t.Fatalf("RLS admitted %d after an RLQS client admitted %d, want %d", ok, st2.Allowed, limit-st2.Allowed)
+	}
+	t.Logf("over-demand: admitted %d (%d without an assignment), denied %d; partial: admitted %d, then RLS %d", st.Allowed-1, st.Unassigned-1, st.Denied, st2.Allowed, ok)
 }

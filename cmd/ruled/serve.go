@@ -51,6 +51,7 @@ type serveConfig struct {
 	isolate      bool
 	grpcListen   string
 	rlqsListen   string
+	rlqsShare    float64
 	debugListen  string
 	builtins     string
 	pluginsDir   string
@@ -128,6 +129,7 @@ func serveFlags(c *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.isolate, "redis-acl", true, "run each plugin's scripts as its own Redis ACL user (its keys and declared commands only), never as ruled's own; without ACL SETUSER rights the lines to run are logged and plugin rules follow on_error until the users exist")
 	fs.StringVar(&c.grpcListen, "grpc-listen", "", "gRPC listen address for Envoy's rate limit service (off when empty)")
 	fs.StringVar(&c.rlqsListen, "rlqs-listen", "", "gRPC listen address for Envoy's rate limit quota service, RLQS (off when empty)")
+	fs.Float64Var(&c.rlqsShare, "rlqs-lease-share", defaultRLQSLeaseShare, "the share of its limit a rule without lease: N lets one RLQS client hold at a time, 0 to 1 (0: such rules answer RLQS clients by their on_error)")
 	fs.StringVar(&c.debugListen, "debug-listen", "", "listen address for pprof under /debug/pprof/, apart from the API (off when empty; keep it on loopback)")
 	fs.StringVar(&c.builtins, "builtins", builtinsNative, "how the built-in plugins run: native (linked in) or wasm (each through the Wasm driver, from --plugins-dir)")
 	fs.StringVar(&c.pluginsDir, "plugins-dir", "bin/plugins", "directory of the built-ins' Wasm modules NAME.wasm for --builtins=wasm (make plugins writes them)")
@@ -147,6 +149,22 @@ func serveFlags(c *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.xds.serverName, "xds-tls-server-name", "", "name to verify the xDS server's certificate against (default: the host of --xds-server)")
 	fs.BoolVar(&c.xds.readyUnconfigured, "xds-ready-without-config", false, "report ready before the first config arrives (serving no rules: every request allowed); by default not ready until then")
 	return fs
+}
+
+// defaultRLQSLeaseShare is --rlqs-lease-share's default: one RLQS client
+// holds at most a tenth of the limit of a rule without lease: N, so ten
+// clients can share it to the last unit.
+const defaultRLQSLeaseShare = 0.1
+
+// errShare is checkShare's error.
+var errShare = errors.New("want a share from 0 to 1")
+
+// checkShare checks a share of a limit (--rlqs-lease-share).
+func checkShare(v float64) error {
+	if !(v >= 0 && v <= 1) {
+		return errShare
+	}
+	return nil
 }
 
 // serveWith checks c and serves it until ctx ends; it returns the exit
@@ -172,6 +190,10 @@ func serveWith(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	if c.refunds == httpapi.RefundsAdmin && c.adminToken == "" {
 		fmt.Fprintln(stderr, "ruled serve: --client-refunds=admin needs --admin-token")
+		return 2
+	}
+	if err := checkShare(c.rlqsShare); err != nil {
+		fmt.Fprintf(stderr, "ruled serve: --rlqs-lease-share=%v: %v\n", c.rlqsShare, err)
 		return 2
 	}
 	c.gcOwned = tuneGC(log, os.LookupEnv, memlimit.FromCgroup)
@@ -394,7 +416,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	rlqsCtx, stopRLQS := context.WithCancel(context.Background())
 	defer stopRLQS()
-	quota, err := rlqs.NewServer(rlqsCtx, engine.ClientLeases(), rlqs.Options{Log: log})
+	quota, err := rlqs.NewServer(rlqsCtx, engine.ClientLeases(), rlqs.Options{LimitShare: c.rlqsShare, Log: log})
 	if err != nil {
 		return err
 	}

@@ -9,9 +9,10 @@
 // A bucket's id (a string map) plus "domain" are the attrs the rules match,
 // as an RLS descriptor's entries are. A bucket no rule limits is assigned
 // ALLOW_ALL, one that a rule denies now (its quota spent, or a limit of 0)
-// DENY_ALL. A bucket whose rules cannot lease (no lease: N, or a plugin
-// without leasable grants) follows the on_error of the rule that cannot:
-// deny is DENY_ALL, allow and local ALLOW_ALL.
+// DENY_ALL. A rule without lease: N leases Options.LimitShare of its
+// limit at a time. A bucket whose rules cannot lease (a plugin without
+// leasable grants; no lease: N with LimitShare 0) follows the on_error of
+// the rule that cannot: deny is DENY_ALL, allow and local ALLOW_ALL.
 //
 // The accounting. Envoy's token bucket starts full, refills continuously,
 // and keeps its tokens when a new assignment changes only the refill (it
@@ -64,8 +65,9 @@ const (
 	maxAttrLen     = 1024   // bytes of one key or value
 )
 
-// maxTakes bounds the takes one bucket makes in one renewal.
-const maxTakes = 4
+// maxTakes bounds the takes one bucket makes in one renewal, the first
+// take of a bucket (of one permit, to learn the lease size) among them.
+const maxTakes = 5
 
 // takeFor is how long a take lasts when its rules give no reset.
 const takeFor = time.Hour
@@ -102,6 +104,11 @@ type Options struct {
 	// than Tick (DefaultTTL when 0): how long a client goes on with its
 	// assignment when ruled stops renewing it.
 	TTL time.Duration
+	// LimitShare, above 0, lets rules without lease: N lease to the
+	// clients too, at most this share of their limit at a time (rounded
+	// up, at least 1): host.LeaseRequest.LimitShare. 0: those rules are
+	// answered by their on_error. At most 1.
+	LimitShare float64
 	// Log receives the streams' errors; slog.Default when nil.
 	Log *slog.Logger
 }
@@ -139,6 +146,9 @@ func NewServer(ctx context.Context, q Quota, opts Options) (*Server, error) {
 	}
 	if opts.TTL%time.Second != 0 || opts.TTL <= opts.Tick {
 		return nil, fmt.Errorf("rlqs: the assignments' TTL must be whole seconds and longer than the tick %v, got %v", opts.Tick, opts.TTL)
+	}
+	if !(opts.LimitShare >= 0 && opts.LimitShare <= 1) {
+		return nil, fmt.Errorf("rlqs: the limit share must be between 0 and 1, got %v", opts.LimitShare)
 	}
 	log := opts.Log
 	if log == nil {
@@ -459,11 +469,13 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 			// size anew.
 			b.rules, b.lease, c, r = set, 0, 0, 0
 		}
-		ask := max(need, 1)
-		if b.lease == 0 {
-			ask = host.MaxClientLease // the first take learns the lease size
+		// The first take learns the lease size (a rule sized by its limit
+		// tells it once it granted); the others ask for at most that.
+		ask := int64(1)
+		if b.lease > 0 {
+			ask = min(max(need, 1), b.lease)
 		}
-		cl, err := st.s.q.Take(ctx, &host.LeaseRequest{Attrs: b.attrs, Permits: ask})
+		cl, err := st.s.q.Take(ctx, &host.LeaseRequest{Attrs: b.attrs, Permits: ask, LimitShare: st.s.opts.LimitShare})
 		if err != nil {
 			return st.failed(b, cl.OnError, err, now, ttl)
 		}
@@ -482,7 +494,7 @@ func (st *streamState) assign(ctx context.Context, b *bucket, now time.Time) *rl
 			b.owed = 0
 			return b.send(next, 0, 0, now, ttl)
 		}
-		if b.lease == 0 {
+		if b.lease == 0 && cl.Permits > 0 {
 			b.lease = cl.MaxPermits
 			c, r = b.lease, b.wantRate()
 		}
@@ -640,7 +652,8 @@ func (st *streamState) giveBack(ctx context.Context, b *bucket, t *take, n int64
 	for i := range holds {
 		holds[i].Taken = max(holds[i].Taken-t.back, 0)
 	}
-	ret := &host.LeaseReturn{Attrs: b.attrs, Permits: t.lease.Permits - t.back, Unused: n, Holds: holds, Deadline: t.deadline}
+	ret := &host.LeaseReturn{Attrs: b.attrs, Permits: t.lease.Permits - t.back, Unused: n, Holds: holds, Deadline: t.deadline,
+		LimitShare: st.s.opts.LimitShare}
 	t.back += n // given back or not, the server holds them no more
 	if _, err := st.s.q.GiveBack(ctx, ret); err != nil && !errors.Is(err, host.ErrLateReturn) {
 		st.s.warn("rlqs: giving back unused quota failed; it stays counted until its window ends",
