@@ -26,7 +26,15 @@ func TestScriptCostSteps(t *testing.T) {
 	}
 	defer ap.Close()
 	for _, s := range costSteps() {
+		before, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
 		r, err := measureCost(ctx, client, ap, s, 3, 4, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := client.Time(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,8 +56,7 @@ func TestScriptCostSteps(t *testing.T) {
 		}
 		var counted int64
 		for i := range 3 {
-			// Every window's field ("<start>:<end>"): the step may cross
-			// a window's end, most often on a busy machine.
+			// Every window's field ("<start>:<end>").
 			fields, err := client.HGetAll(ctx, "bench:"+s.name+":{"+strconv.Itoa(i)+"}:c").Result()
 			if err != nil {
 				t.Fatalf("subject %d: %v", i, err)
@@ -64,8 +71,12 @@ func TestScriptCostSteps(t *testing.T) {
 				}
 			}
 		}
-		if counted != r.calls {
-			t.Errorf("%s counted %d grants for %d decisions", s.name, counted, r.calls)
+		// A decision in a new window drops the old window's field
+		// (fixedwindow keeps one window a hash): only a run within one
+		// minute of Redis time keeps every grant.
+		crossed := before.Truncate(time.Minute) != after.Truncate(time.Minute)
+		if counted > r.calls || counted == 0 || (!crossed && counted != r.calls) {
+			t.Errorf("%s counted %d grants for %d decisions (a minute turned during the run: %v)", s.name, counted, r.calls, crossed)
 		}
 	}
 }
