@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -79,18 +78,12 @@ func TestRetriedRequestsStayIdempotent(t *testing.T) {
 	}
 }
 
-// TestConcurrencyLimiterWithDefaultSettings runs the concurrency example
-// (a process plugin that declares no firm denials) with default rule
-// settings: a release frees a slot at once, and an acquire without a lease
-// id is the client's error (400), not the rule's on_error: allow.
+// TestConcurrencyLimiterWithDefaultSettings runs the built-in concurrency
+// plugin (which declares no firm denials) with default rule settings: a
+// release frees a slot at once, and an acquire without a lease id is the
+// client's error (400), not the rule's on_error: allow.
 func TestConcurrencyLimiterWithDefaultSettings(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "concurrency")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/plugins/concurrency").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	d := spawnDaemon(t, `plugins:
-  concurrency: {process: `+bin+`}
-rules:
+	d := spawnDaemon(t, `rules:
   - name: inflight
     subject: request.user
     plugin: concurrency

@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ruled-dev/ruled/examples/plugins/concurrency/limiter"
 	"github.com/ruled-dev/ruled/host/httpapi"
 	"github.com/ruled-dev/ruled/internal/testkit/redistest"
 	"github.com/ruled-dev/ruled/plugins/builtin"
 )
 
-// A fixed window, then the concurrency limiter, which refuses an acquire
+// A fixed window, then the concurrency plugin, which refuses an acquire
 // without a lease id as bad input.
 const badInputRules = `rules:
   - name: per-user
@@ -33,7 +32,7 @@ const badInputRules = `rules:
 // a plugin refuses as bad input: 400 invalid_request naming the rule, not
 // the rule's on_error: allow, and the earlier rule's unit refunded.
 func TestBadInputFromAPluginIs400(t *testing.T) {
-	e, _ := newTestEngine(t, redistest.Start(t), 2*time.Second, badInputRules, append(builtin.All(), limiter.New()))
+	e, _ := newTestEngine(t, redistest.Start(t), 2*time.Second, badInputRules, builtin.All())
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases()}))
 	t.Cleanup(srv.Close)
 

@@ -27,7 +27,6 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ruled-dev/ruled/examples/plugins/concurrency/limiter"
 	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/capability"
 	"github.com/ruled-dev/ruled/host/httpapi"
@@ -237,7 +236,7 @@ const leasedRule = `  - name: leased
 
 // The rules of the server that decides: a window that leases to clients,
 // for the user "leaser" only (and alone: it stops), a small fixed window per
-// IP, and the concurrency limiter, which refuses an acquire without a lease
+// IP, and the concurrency plugin, which refuses an acquire without a lease
 // id as bad input, for the user "no-lease" only.
 const openAPIRules = "rules:\n" + leasedRule + `  - name: per-ip
     subject: request.ip
@@ -309,7 +308,7 @@ func startOpenAPIEngine(t *testing.T, rs *redistest.Server, rulesText string) (*
 	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
 	c := capability.New(client, capability.Options{Timeout: 2 * time.Second})
-	e, err := host.NewEngine(host.Options{Capability: c, Plugins: append(builtin.All(), limiter.New())})
+	e, err := host.NewEngine(host.Options{Capability: c, Plugins: builtin.All()})
 	if err != nil {
 		t.Fatalf("new engine: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host/process"
 	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/plugins/concurrency"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
 	"github.com/ruled-dev/ruled/plugins/leaky"
 	"github.com/ruled-dev/ruled/plugins/rolling"
@@ -41,6 +42,9 @@ var builtinCases = map[string]builtinCase{
 	leaky.Name: {func(c sdk.Config) sdk.LocalLimiter { return leaky.NewModel(c.(leaky.Config)) },
 		map[string]any{"capacity": 6, "rate": 3, "per": "1000003us", "mode": "shape"},
 		plugintest.StepOptions{Subjects: 2, MaxAdvance: 500 * time.Millisecond, MinHits: -1, MaxHits: 3, BestEffort: 0.3}},
+	concurrency.Name: {func(c sdk.Config) sdk.LocalLimiter { return concurrency.NewModel(c.(concurrency.Config)) },
+		map[string]any{"limit": 3, "ttl": "300ms"},
+		plugintest.StepOptions{Subjects: 2, MaxAdvance: 120 * time.Millisecond, MinHits: -1, MaxHits: 1, Dedup: 1}},
 	sortedset.Name: {func(c sdk.Config) sdk.LocalLimiter { return sortedset.NewModel(c.(sortedset.Config)) },
 		map[string]any{"limit": 3, "window": "1500001us", "count_denied": true,
 			"also": []any{map[string]any{"limit": 12, "window": "10s"}, map[string]any{"limit": 2, "window": "100ms"}}},

@@ -90,18 +90,18 @@ func (f *engineFixture) plugin(t *testing.T) *process.Plugin {
 }
 
 const concurrencyRules = `plugins:
-  concurrency: {process: %q, sha256: %q}
+  conc: {process: %q, sha256: %q}
 rules:
   - name: short
     when: request.path == "/short"
     subject: request.user
-    plugin: concurrency
+    plugin: conc
     config: {limit: 1, ttl: 300ms}
     deny_cache: false
   - name: inflight
     when: request.path != "/short"
     subject: request.user
-    plugin: concurrency
+    plugin: conc
     config: {limit: 2, ttl: 1m}
     on_error: deny
     deny_cache: false
@@ -268,7 +268,7 @@ func TestWrongDigestIsALoadError(t *testing.T) {
 		t.Fatalf("want a rules.ErrorList, got %v", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{f.rules + ":2:3", `plugin "concurrency"`, "sha256 mismatch", wrong, digest(t, bin)} {
+	for _, want := range []string{f.rules + ":2:3", `plugin "conc"`, "sha256 mismatch", wrong, digest(t, bin)} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ruled-dev/ruled/host/wasm"
 	"github.com/ruled-dev/ruled/plugins/builtin"
+	"github.com/ruled-dev/ruled/plugins/concurrency"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
 	"github.com/ruled-dev/ruled/plugins/leaky"
 	"github.com/ruled-dev/ruled/plugins/rolling"
@@ -73,6 +74,14 @@ var builtins = map[string]builtinPlugin{
 				plugintest.StepOptions{Subjects: 3, MaxAdvance: 700 * time.Millisecond, MinHits: -2, MaxHits: 4, BestEffort: 0.3}},
 			{"shape-odd", map[string]any{"capacity": 6, "rate": 3, "per": "1000003us", "mode": "shape"},
 				plugintest.StepOptions{Subjects: 2, MaxAdvance: 500 * time.Millisecond, MinHits: -1, MaxHits: 3, BestEffort: 0.3}},
+		}},
+	concurrency.Name: {concurrency.New(),
+		func(c sdk.Config) sdk.LocalLimiter { return concurrency.NewModel(c.(concurrency.Config)) },
+		[]conformCase{
+			{"acquire-renew-release-peek", map[string]any{"limit": 3, "ttl": "300ms"},
+				plugintest.StepOptions{Subjects: 2, MaxAdvance: 120 * time.Millisecond, MinHits: -1, MaxHits: 1, Dedup: 1}},
+			{"one-slot-odd-ttl", map[string]any{"limit": 1, "ttl": "150001us"},
+				plugintest.StepOptions{Subjects: 2, MaxAdvance: 90 * time.Millisecond, MinHits: -1, MaxHits: 1, Dedup: 1}},
 		}},
 	sortedset.Name: {sortedset.New(),
 		func(c sdk.Config) sdk.LocalLimiter { return sortedset.NewModel(c.(sortedset.Config)) },

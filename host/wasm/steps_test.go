@@ -75,15 +75,15 @@ func TestStepsHoldNoInstanceAcrossRedis(t *testing.T) {
 
 // The pool grows while every instance is busy and shrinks back to Prewarm
 // once no call has needed the extra instances for IdleTimeout. The
-// concurrency example decides by blocking in Eval, so each decision holds
+// hostile test module decides by blocking in Eval, so each decision holds
 // an instance while its script waits.
 func TestPoolGrowsWithDemandAndShrinksBack(t *testing.T) {
-	p := fresh(t, "../../examples/plugins/concurrency/wasm", wasm.Options{PoolSize: 4, Prewarm: 1,
+	p := fresh(t, hostilePkg, wasm.Options{PoolSize: 4, Prewarm: 1,
 		IdleTimeout: 100 * time.Millisecond, CallTimeout: 5 * time.Second})
 	if p.Steps() {
-		t.Fatal("the concurrency example decides in steps: this test needs a module that blocks in Eval")
+		t.Fatal("the hostile module decides in steps: this test needs a module that blocks in Eval")
 	}
-	cfg := plugintest.Configure(t, p, map[string]any{"limit": 10, "ttl": "1m"})
+	cfg := plugintest.Configure(t, p, map[string]any{})
 	h := &gatedHost{entered: make(chan struct{}), gate: make(chan struct{})}
 	var wg sync.WaitGroup
 	for i := range 4 {
@@ -122,12 +122,12 @@ func TestPoolGrowsWithDemandAndShrinksBack(t *testing.T) {
 // the instance's memory from under the call: the call finishes, and the
 // daemon does not crash.
 func TestCloseDuringACallKeepsTheCallsMemory(t *testing.T) {
-	path := module(t, "../../examples/plugins/concurrency/wasm")
+	path := module(t, hostilePkg)
 	p, err := wasm.Load(context.Background(), path, wasm.Options{PoolSize: 1, Prewarm: 1, CacheDir: cacheDir, CallTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := plugintest.Configure(t, p, map[string]any{"limit": 10, "ttl": "1m"})
+	cfg := plugintest.Configure(t, p, map[string]any{})
 	h := &gatedHost{entered: make(chan struct{}), gate: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {

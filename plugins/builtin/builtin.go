@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/ruled-dev/ruled/plugins/concurrency"
 	"github.com/ruled-dev/ruled/plugins/fixedwindow"
 	"github.com/ruled-dev/ruled/plugins/leaky"
 	"github.com/ruled-dev/ruled/plugins/rolling"
@@ -45,5 +46,6 @@ func All() []sdk.Algorithm {
 		tokenbucket.New(),
 		leaky.New(),
 		sortedset.New(),
+		concurrency.New(),
 	}
 }

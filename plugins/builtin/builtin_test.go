@@ -1,6 +1,7 @@
 package builtin_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/ruled-dev/ruled/plugins/builtin"
@@ -14,6 +15,7 @@ func TestEveryBuiltinIsListedOnceAndCanDecideLocally(t *testing.T) {
 		"tokenbucket": {"rate": 30, "per": "1h", "burst": 30},
 		"leaky":       {"capacity": 30, "rate": 30, "per": "1h"},
 		"sortedset":   {"limit": 30, "window": "1h"},
+		"concurrency": {"limit": 30, "ttl": "1h"},
 	}
 	seen := map[string]bool{}
 	for _, alg := range builtin.All() {
@@ -40,7 +42,7 @@ func TestEveryBuiltinIsListedOnceAndCanDecideLocally(t *testing.T) {
 		}
 		granted := int64(0)
 		for i := 0; i < 100; i++ {
-			if d := l.Decide(1_790_000_000_000_000, sdk.Request{Subject: "s", Hits: 1}); d.Allowed {
+			if d := l.Decide(1_790_000_000_000_000, sdk.Request{Subject: "s", Hits: 1, DedupID: fmt.Sprint(i)}); d.Allowed {
 				granted += d.Granted
 			}
 		}
@@ -54,7 +56,7 @@ func TestEveryBuiltinIsListedOnceAndCanDecideLocally(t *testing.T) {
 		}
 		granted = 0
 		for i := 0; i < 100; i++ {
-			if d := m.Decide(1_790_000_000_000_000, sdk.Request{Subject: "s", Hits: 1}); d.Allowed {
+			if d := m.Decide(1_790_000_000_000_000, sdk.Request{Subject: "s", Hits: 1, DedupID: fmt.Sprint(i)}); d.Allowed {
 				granted += d.Granted
 			}
 		}
@@ -62,7 +64,7 @@ func TestEveryBuiltinIsListedOnceAndCanDecideLocally(t *testing.T) {
 			t.Errorf("%s's model admitted %d, want its whole quota of 30", name, granted)
 		}
 	}
-	if len(seen) != 5 {
-		t.Fatalf("%d built-ins, want 5", len(seen))
+	if len(seen) != 6 {
+		t.Fatalf("%d built-ins, want 6", len(seen))
 	}
 }

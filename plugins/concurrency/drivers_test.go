@@ -1,4 +1,4 @@
-package main
+package concurrency_test
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ruled-dev/ruled/examples/plugins/concurrency/limiter"
 	"github.com/ruled-dev/ruled/host/process"
 	"github.com/ruled-dev/ruled/host/wasm"
+	"github.com/ruled-dev/ruled/plugins/concurrency"
 	"github.com/ruled-dev/ruled/plugintest"
 	"github.com/ruled-dev/ruled/sdk"
 )
@@ -39,11 +39,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// start builds this package (once) and starts it as ruled does.
+// start builds the example process plugin, which serves this package
+// (once), and starts it as ruled does.
 func start(tb testing.TB) *process.Plugin {
 	tb.Helper()
 	buildOnce.Do(func() {
-		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-o", binPath, "../../examples/plugins/concurrency").CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})
@@ -79,26 +80,19 @@ func randomSteps(seed uint64, n int) []plugintest.Step {
 		MaxAdvance: 120 * time.Millisecond, MinHits: -1, MaxHits: 1, Dedup: 1})
 }
 
-// TestConformsAsAProcess runs the limiter, built as a process plugin and
-// started as ruled starts it, through the conformance kit against the
-// reference model, and step by step against the native algorithm.
+// TestConformsAsAProcess runs the example process plugin, which serves
+// this package, started as ruled starts it, through the conformance kit
+// against the reference model, and step by step against the native
+// algorithm. (host/wasm and host/process run every built-in through their
+// drivers too.)
 func TestConformsAsAProcess(t *testing.T) { conform(t, start(t)) }
-
-// TestConformsAsWasm does the same with the limiter built as a Wasm module:
-// one algorithm, three ways to run it.
-func TestConformsAsWasm(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiling a Wasm module takes seconds")
-	}
-	conform(t, startWasm(t))
-}
 
 func conform(t *testing.T, p sdk.Algorithm) {
 	env := plugintest.NewEnv(t)
 	raw := map[string]any{"limit": 3, "ttl": "300ms"}
-	native := limiter.New()
+	native := concurrency.New()
 	model := func(c sdk.Config) sdk.LocalLimiter {
-		return limiter.NewModel(plugintest.Configure(t, native, raw).(limiter.Config))
+		return concurrency.NewModel(plugintest.Configure(t, native, raw).(concurrency.Config))
 	}
 	steps := randomSteps(3, 500)
 	env.Conform(t, p, raw, model, steps)
@@ -136,7 +130,7 @@ func BenchmarkDecide(b *testing.B) {
 	for _, a := range []struct {
 		name string
 		alg  sdk.Algorithm
-	}{{"native", limiter.New()}, {"wasm", startWasm(b)}, {"process", start(b)}} {
+	}{{"native", concurrency.New()}, {"wasm", startWasm(b)}, {"process", start(b)}} {
 		cfg := plugintest.Configure(b, a.alg, raw)
 		reg := plugintest.Register(b, c, a.alg)
 		b.Run(a.name, func(b *testing.B) {

@@ -1,4 +1,4 @@
-package limiter
+package concurrency
 
 import (
 	"time"
@@ -6,7 +6,7 @@ import (
 	"github.com/ruled-dev/ruled/sdk"
 )
 
-// Model is the reference model of the limiter: the decisions the script
+// Model is the reference model of the plugin: the decisions the script
 // makes, computed in Go from an explicit clock. Tests compare the script
 // against it; it is not safe for concurrent use.
 type Model struct {
@@ -18,7 +18,7 @@ type Model struct {
 func NewModel(c Config) *Model { return &Model{cfg: c, subjects: map[string]map[string]int64{}} }
 
 // Decide answers r at time nowUS (microseconds). Requests the limiter
-// refuses (see Limiter.Decide) get the zero Decision.
+// refuses (see Plugin.Decide) get the zero Decision.
 func (m *Model) Decide(nowUS int64, r sdk.Request) sdk.Decision {
 	if checkRequest(&r) != nil {
 		return sdk.Decision{}

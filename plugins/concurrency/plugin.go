@@ -1,6 +1,6 @@
-// Package limiter is a concurrency limiter for ruled: at most limit
-// requests in flight per subject, each holding a lease until it is released
-// or its ttl runs out.
+// Package concurrency is ruled's in-flight limiter, a distributed
+// semaphore: at most limit holders per subject at once, each a lease named
+// by its client, released when the request ends or lost after ttl.
 //
 // A client acquires a slot with hits: 1 and a lease id in dedup_id, and
 // releases it with hits: -1 and the same id:
@@ -18,11 +18,14 @@
 // remaining is the number of free slots, reset the time until every lease
 // held now has expired, and retry_after of a denial the time until the
 // oldest lease expires (a release may free a slot sooner). Time is Redis
-// time, in microseconds, inside the script.
+// time, in microseconds, inside the script. A release can free a slot at
+// any moment, so a denial is not firm (no deny cache), and a slot belongs
+// to one lease id, so grants cannot be leased ahead (docs/plugins.md,
+// "concurrency").
 //
-// The same algorithm builds as a process plugin (../main.go) and, with
-// sdk/guest, as a Wasm module.
-package limiter
+// The same algorithm runs natively, as a Wasm module (./wasm) and as a
+// process plugin (examples/plugins/concurrency).
+package concurrency
 
 import (
 	"context"
@@ -48,18 +51,21 @@ type Config struct {
 	TTL time.Duration
 }
 
-// Limiter is the algorithm. The zero value is ready to use.
-type Limiter struct{}
+// Plugin is the algorithm. The zero value is ready to use.
+type Plugin struct {
+	sdk.OneStep // its one step decides: nothing to resume
+}
 
 // New returns the algorithm.
-func New() sdk.Algorithm { return Limiter{} }
+func New() sdk.Algorithm { return Plugin{} }
 
 // Info implements sdk.Algorithm.
-func (Limiter) Info() sdk.Info {
+func (Plugin) Info() sdk.Info {
 	return sdk.Info{Name: Name, Version: "1.0.0", Scripts: []sdk.Script{{
 		Name:     "lease",
 		Source:   script,
 		Commands: []string{"ZREMRANGEBYSCORE", "ZCARD", "ZSCORE", "ZADD", "ZREM", "ZRANGE", "PEXPIRE"},
+		Returns:  sdk.DecisionShape,
 	}},
 		// A release frees a slot at any moment, so a denial is not firm,
 		// and a slot belongs to one lease id, so grants cannot be taken
@@ -69,7 +75,7 @@ func (Limiter) Info() sdk.Info {
 }
 
 // Configure implements sdk.Algorithm.
-func (Limiter) Configure(raw map[string]any) (sdk.Config, error) {
+func (Plugin) Configure(raw map[string]any) (sdk.Config, error) {
 	r := sdk.NewConfigReader(raw)
 	c := Config{Limit: r.RequireInt("limit"), TTL: r.Duration("ttl", 30*time.Second)}
 	if err := r.Done(); err != nil {
@@ -84,7 +90,7 @@ func (Limiter) Configure(raw map[string]any) (sdk.Config, error) {
 	return c, nil
 }
 
-// checkRequest refuses what the limiter cannot do, as bad input: the client
+// checkRequest refuses what the plugin cannot do, as bad input: the client
 // gets a 400, not the rule's on_error outcome.
 func checkRequest(r *sdk.Request) error {
 	if r.Hits < -1 || r.Hits > 1 {
@@ -96,18 +102,28 @@ func checkRequest(r *sdk.Request) error {
 	return nil
 }
 
+// decide is Decide: the plugin's steps, run through the host.
+var decide = sdk.StepDecide(Plugin{})
+
 // Decide implements sdk.Algorithm.
-func (Limiter) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, r sdk.Request) (sdk.Decision, error) {
+func (Plugin) Decide(ctx context.Context, h sdk.Host, cfg sdk.Config, r sdk.Request) (sdk.Decision, error) {
+	return decide(ctx, h, cfg, r)
+}
+
+// Start implements sdk.Stepper: one script call, whose reply is the
+// decision. It is no sdk.Templater: a request is checked here first.
+func (Plugin) Start(_ context.Context, cfg sdk.Config, r sdk.Request) (sdk.Step, error) {
 	c, ok := cfg.(Config)
 	if !ok {
-		return sdk.Decision{}, fmt.Errorf("concurrency: config of type %T", cfg)
+		return sdk.Step{}, fmt.Errorf("concurrency: config of type %T", cfg)
 	}
 	if err := checkRequest(&r); err != nil {
-		return sdk.Decision{}, err
+		return sdk.Step{}, err
 	}
-	reply, err := h.Eval(ctx, "lease", []string{"leases"}, c.Limit, c.TTL.Microseconds(), r.Hits, r.DedupID)
-	if err != nil {
-		return sdk.Decision{}, err
-	}
-	return sdk.DecisionFromReply(reply, c.TTL)
+	return sdk.Run("lease", leaseKeys, c.Limit, c.TTL.Microseconds(), r.Hits, r.DedupID).ThenDecide(c.TTL), nil
 }
+
+// leaseKeys are the lease script's keys: the subject's sorted set.
+var leaseKeys = []string{"leases"}
+
+var _ sdk.Stepper = Plugin{}
