@@ -178,8 +178,8 @@ func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLeas
 	if req.Permits < 1 || req.Permits > MaxClientLease {
 		return ClientLease{}, fmt.Errorf("lease: permits must be between 1 and %d, got %d", MaxClientLease, req.Permits)
 	}
-	if !(req.LimitShare >= 0 && req.LimitShare <= 1) {
-		return ClientLease{}, fmt.Errorf("lease: limit share must be between 0 and 1, got %v", req.LimitShare)
+	if err := CheckLimitShare(req.LimitShare); err != nil {
+		return ClientLease{}, fmt.Errorf("lease: limit share %v: %w", req.LimitShare, err)
 	}
 	b := newBudget(ctx, time.Now(), cl.e.timeout)
 	g := cl.e.gen.Load()
@@ -253,6 +253,18 @@ func strictestOnError(sels []rules.Selection) rules.OnError {
 		}
 	}
 	return out
+}
+
+// ErrLimitShare is CheckLimitShare's error.
+var ErrLimitShare = errors.New("want a share from 0 to 1")
+
+// CheckLimitShare checks a LimitShare (and the settings that give one):
+// a number from 0 to 1.
+func CheckLimitShare(v float64) error {
+	if !(v >= 0 && v <= 1) {
+		return ErrLimitShare
+	}
+	return nil
 }
 
 // limitShareSize is the least lease size of the enforcing rules without

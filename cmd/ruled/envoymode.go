@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ruled-dev/ruled/host"
 	"github.com/ruled-dev/ruled/host/tracing"
 )
 
@@ -288,15 +289,16 @@ func float(field func(*envoySettings) *float64) func(*envoySettings, string) err
 	}
 }
 
-// share reads a share, a number from 0 to 1 (checkShare).
+// share reads a share of a limit, a number from 0 to 1
+// (host.CheckLimitShare).
 func share(field func(*envoySettings) *float64) func(*envoySettings, string) error {
 	return func(s *envoySettings, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return errShare
+			return host.ErrLimitShare
 		}
 		*field(s) = f
-		return checkShare(f)
+		return host.CheckLimitShare(f)
 	}
 }
 

@@ -156,17 +156,6 @@ func serveFlags(c *serveConfig, stderr io.Writer) *flag.FlagSet {
 // clients can share it to the last unit.
 const defaultRLQSLeaseShare = 0.1
 
-// errShare is checkShare's error.
-var errShare = errors.New("want a share from 0 to 1")
-
-// checkShare checks a share of a limit (--rlqs-lease-share).
-func checkShare(v float64) error {
-	if !(v >= 0 && v <= 1) {
-		return errShare
-	}
-	return nil
-}
-
 // serveWith checks c and serves it until ctx ends; it returns the exit
 // code.
 func serveWith(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.Writer) int {
@@ -192,7 +181,7 @@ func serveWith(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		fmt.Fprintln(stderr, "ruled serve: --client-refunds=admin needs --admin-token")
 		return 2
 	}
-	if err := checkShare(c.rlqsShare); err != nil {
+	if err := host.CheckLimitShare(c.rlqsShare); err != nil {
 		fmt.Fprintf(stderr, "ruled serve: --rlqs-lease-share=%v: %v\n", c.rlqsShare, err)
 		return 2
 	}

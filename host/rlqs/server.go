@@ -147,8 +147,8 @@ func NewServer(ctx context.Context, q Quota, opts Options) (*Server, error) {
 	if opts.TTL%time.Second != 0 || opts.TTL <= opts.Tick {
 		return nil, fmt.Errorf("rlqs: the assignments' TTL must be whole seconds and longer than the tick %v, got %v", opts.Tick, opts.TTL)
 	}
-	if !(opts.LimitShare >= 0 && opts.LimitShare <= 1) {
-		return nil, fmt.Errorf("rlqs: the limit share must be between 0 and 1, got %v", opts.LimitShare)
+	if err := host.CheckLimitShare(opts.LimitShare); err != nil {
+		return nil, fmt.Errorf("rlqs: limit share %v: %w", opts.LimitShare, err)
 	}
 	log := opts.Log
 	if log == nil {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ruled-dev/ruled/host/process"
 	"github.com/ruled-dev/ruled/host/wasm"
@@ -72,12 +71,6 @@ func startWasm(tb testing.TB) *wasm.Plugin {
 	}
 	tb.Cleanup(func() { _ = w.Close(context.Background()) })
 	return w
-}
-
-// randomSteps draws acquires, peeks and releases of a few lease ids.
-func randomSteps(seed uint64, n int) []plugintest.Step {
-	return plugintest.RandomSteps(rand.New(rand.NewPCG(seed, 7)), n, plugintest.StepOptions{Subjects: 2,
-		MaxAdvance: 120 * time.Millisecond, MinHits: -1, MaxHits: 1, Dedup: 1})
 }
 
 // TestConformsAsAProcess runs the example process plugin, which serves

@@ -21,8 +21,8 @@ import (
 
 func model(c sdk.Config) sdk.LocalLimiter { return concurrency.NewModel(c.(concurrency.Config)) }
 
-// Steps returns random acquires, peeks and releases of a few lease ids.
-func Steps(seed uint64, n int) []plugintest.Step {
+// randomSteps draws acquires, peeks and releases of a few lease ids.
+func randomSteps(seed uint64, n int) []plugintest.Step {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	return plugintest.RandomSteps(rng, n, plugintest.StepOptions{Subjects: 2, MaxAdvance: 120 * time.Millisecond,
 		MinHits: -1, MaxHits: 1, Dedup: 1})
@@ -55,7 +55,7 @@ func TestConformsToModel(t *testing.T) {
 		{"limit": 1, "ttl": "150001us"},
 	} {
 		t.Run(fmt.Sprint(raw), func(t *testing.T) {
-			env.Conform(t, concurrency.New(), raw, model, Steps(uint64(len(fmt.Sprint(raw))), 600))
+			env.Conform(t, concurrency.New(), raw, model, randomSteps(uint64(len(fmt.Sprint(raw))), 600))
 		})
 	}
 }
