@@ -140,6 +140,38 @@ func (c *Client) Acquire(ctx context.Context, req CheckRequest, wait time.Durati
 	return c.decide(ctx, "acquire", "/v1/acquire", b, max(wait, 0))
 }
 
+// Release frees the in-flight slots that req.DedupID holds (POST
+// /v1/release), once its request has ended: req is the request and attrs
+// of the check that acquired them (Hits is not sent). Only rules whose
+// plugins hold slots (the concurrency limiter) are asked, so a release
+// gives back nothing a rate limit counted. It returns the number of slots
+// freed: 0 when they were freed before or their leases expired. Under
+// ruled's --client-refunds=admin or deny, releases are refused (an *Error
+// with Code refunds_refused) and the slots come back when their leases
+// expire.
+func (c *Client) Release(ctx context.Context, req CheckRequest) (int64, error) {
+	b := req.body()
+	b.Hits = nil
+	var out struct {
+		Released int64 `json:"released"`
+	}
+	if _, err := c.call(ctx, "release", "/v1/release", b, &out); err != nil {
+		return 0, err
+	}
+	return out.Released, nil
+}
+
+// Renew keeps the in-flight slots of a request that runs longer than their
+// leases last (POST /v1/renew): each slot req.DedupID holds is acquired
+// again, its lease starting anew, and one whose lease expired is taken
+// again if one is free. Only the rules that hold slots are asked. The
+// answer is a check's: Allowed false when a slot could not be kept.
+func (c *Client) Renew(ctx context.Context, req CheckRequest) (*Answer, error) {
+	b := req.body()
+	b.Hits = nil
+	return c.decide(ctx, "renew", "/v1/renew", b, 0)
+}
+
 // Batch asks many independent questions in one call (POST
 // /v1/check/batch) and returns the answers in order. Bad input in any
 // check fails the whole batch with an *Error that names it.

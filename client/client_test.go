@@ -81,7 +81,7 @@ func startRuledWith(t testing.TB, rulesText string, observe func(r *http.Request
 		t.Fatal(err)
 	}
 	r := &ruled{redis: rs, engine: e}
-	api := httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases()})
+	api := httpapi.New(httpapi.Options{Checker: e, Leases: e.ClientLeases(), Holds: e})
 	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if observe != nil {
 			observe(req)

@@ -1,10 +1,15 @@
 package client
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -35,12 +40,35 @@ type MiddlewareOptions struct {
 	// OnError is told every failure to ask ruled. Default: a warning on
 	// slog.Default().
 	OnError func(r *http.Request, err error)
+	// InFlight makes each request hold its in-flight slots (rules of the
+	// concurrency plugin) while the handler runs: its check carries a
+	// lease id (LeaseID) as its DedupID, and when the answer holds a slot
+	// the middleware renews it every RenewEvery while the handler runs
+	// and releases it (Client.Release) when the handler returns or
+	// panics, before the answer is sent. A request the middleware let
+	// through because ruled could not be asked holds nothing. With
+	// InFlight, checks are not decided from client leases (WithLeases).
+	InFlight bool
+	// LeaseID returns the lease id of a request under InFlight. Default:
+	// 16 random bytes in hex. Return a request id only when your own
+	// proxy sets it: a client that chooses its id can send the id of a
+	// request in flight and share its slot.
+	LeaseID func(r *http.Request) string
+	// RenewEvery is how often InFlight renews the slots of a running
+	// request; keep it under half of the smallest ttl of the rules (a
+	// renewal that fails is tried again at the next tick). Default
+	// DefaultRenewEvery.
+	RenewEvery time.Duration
 	// Deny writes the answer to a denied request, whose RateLimit,
 	// RateLimit-Policy and Retry-After headers are already set. Default:
 	// 429 Too Many Requests, or 503 when ruled failed closed, with a short
 	// text body.
 	Deny func(w http.ResponseWriter, r *http.Request, a *Answer)
 }
+
+// DefaultRenewEvery is MiddlewareOptions.RenewEvery's default: a third of
+// the concurrency plugin's default ttl (30s).
+const DefaultRenewEvery = 10 * time.Second
 
 // credentialHeaders are not sent to ruled unless MiddlewareOptions.Headers
 // names them.
@@ -52,7 +80,9 @@ var credentialHeaders = map[string]bool{"Authorization": true, "Cookie": true, "
 // RateLimit and RateLimit-Policy headers and never reaches the handler; an
 // allowed one carries the RateLimit headers, and waits first when a
 // shaping rule admits it with a delay. When ruled cannot be asked, the
-// request goes through or gets 503, as FailClosed says.
+// request goes through or gets 503, as FailClosed says. With InFlight, the
+// slots an admitted request holds are renewed while it runs and released
+// when it ends.
 func Middleware(c *Client, o MiddlewareOptions) func(http.Handler) http.Handler {
 	if o.OnError == nil {
 		o.OnError = func(r *http.Request, err error) {
@@ -62,13 +92,23 @@ func Middleware(c *Client, o MiddlewareOptions) func(http.Handler) http.Handler 
 	if o.Deny == nil {
 		o.Deny = deny
 	}
+	if o.LeaseID == nil {
+		o.LeaseID = randomLeaseID
+	}
+	if o.RenewEvery <= 0 {
+		o.RenewEvery = DefaultRenewEvery
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if o.Skip != nil && o.Skip(r) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			ans, err := c.Check(r.Context(), o.checkRequest(r))
+			cr := o.checkRequest(r)
+			if o.InFlight {
+				cr.DedupID = o.LeaseID(r)
+			}
+			ans, err := c.Check(r.Context(), cr)
 			if err != nil {
 				if r.Context().Err() != nil {
 					return // the client went away: nothing to answer
@@ -91,6 +131,9 @@ func Middleware(c *Client, o MiddlewareOptions) func(http.Handler) http.Handler 
 				o.Deny(w, r, ans)
 				return
 			}
+			if o.InFlight && ans.Held() {
+				defer o.hold(c, r, cr)()
+			}
 			if d := ans.Delay(); d > 0 {
 				t := time.NewTimer(d)
 				defer t.Stop()
@@ -103,6 +146,48 @@ func Middleware(c *Client, o MiddlewareOptions) func(http.Handler) http.Handler 
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// hold renews the slots cr holds every RenewEvery until the returned
+// function is called, which stops the renewals, waits for one in flight
+// (so that no renewal can take a slot again after the release), and
+// releases the slots. Neither is cut short when the client goes away.
+func (o *MiddlewareOptions) hold(c *Client, r *http.Request, cr CheckRequest) func() {
+	ctx := context.WithoutCancel(r.Context())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(o.RenewEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			ans, err := c.Renew(ctx, cr)
+			switch {
+			case err != nil:
+				o.OnError(r, fmt.Errorf("renewing in-flight slots: %w", err))
+			case !ans.Allowed:
+				o.OnError(r, fmt.Errorf("renewing in-flight slots: refused (a lease expired and its slot was taken)"))
+			}
+		}
+	})
+	return func() {
+		close(stop)
+		wg.Wait()
+		if _, err := c.Release(ctx, cr); err != nil {
+			o.OnError(r, fmt.Errorf("releasing in-flight slots: %w", err))
+		}
+	}
+}
+
+// randomLeaseID is LeaseID's default: 16 random bytes in hex.
+func randomLeaseID(*http.Request) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 func deny(w http.ResponseWriter, _ *http.Request, a *Answer) {

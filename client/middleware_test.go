@@ -143,7 +143,9 @@ func TestMiddlewareFailOpenAndClosed(t *testing.T) {
 	var errs atomic.Int64
 	onErr := func(*http.Request, error) { errs.Add(1) }
 
-	open := newApp(t, client.New(down), client.MiddlewareOptions{OnError: onErr})
+	// InFlight: a request let through unchecked holds nothing, so
+	// nothing is renewed or released (either would be one more error).
+	open := newApp(t, client.New(down), client.MiddlewareOptions{OnError: onErr, InFlight: true})
 	if resp, body := open.get(t, "/", nil); resp.StatusCode != 200 || body != "hello\n" {
 		t.Fatalf("fail-open: %d %q", resp.StatusCode, body)
 	}
@@ -228,4 +230,86 @@ func TestMiddlewareWaitsForTheShapingDelay(t *testing.T) {
 	if took := time.Since(start); took < 150*time.Millisecond {
 		t.Fatalf("answered after %v, before the 150ms delay", took)
 	}
+}
+
+// slotRules: one request at a time per path, and a rate limit per IP.
+const slotRules = `rules:
+  - name: per-ip
+    subject: request.ip
+    plugin: fixedwindow
+    config: {limit: 100, window: 1h}
+  - name: one-at-a-time
+    subject: request.path
+    plugin: concurrency
+    config: {limit: 1, ttl: 1h}
+`
+
+// TestMiddlewareReleasesTheSlot: under InFlight, a request's slot is held
+// while the handler runs and released when it returns or panics (a lease
+// of an hour: only the release frees it), and the rate limit on the same
+// requests counts each once.
+func TestMiddlewareReleasesTheSlot(t *testing.T) {
+	r := startRuledWith(t, slotRules, nil)
+	c := client.New(r.url)
+	var inHandler atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		ans, err := c.Check(req.Context(), client.CheckRequest{Request: client.Request{IP: "192.0.2.1", Path: req.URL.Path}, DedupID: "other"})
+		if err != nil || ans.Allowed {
+			t.Errorf("a second request while one is in the handler: %+v, %v; want denied", ans, err)
+		}
+		inHandler.Add(1)
+		if req.URL.Path == "/panic" {
+			panic(http.ErrAbortHandler) // net/http's quiet panic
+		}
+	})
+	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{InFlight: true,
+		OnError: func(_ *http.Request, err error) { t.Errorf("middleware: %v", err) }})(h))
+	t.Cleanup(srv.Close)
+	// A new connection each: a GET on a reused connection that drops is
+	// sent again.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for i, path := range []string{"/ok", "/ok", "/panic", "/panic", "/ok"} {
+		resp, err := hc.Get(srv.URL + path)
+		if path == "/panic" {
+			if err == nil { // the handler aborted: the connection is dropped
+				t.Fatalf("request %d %s: %s, want the handler reached and the connection dropped (429: a slot was not released)", i, path, resp.Status)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d %s: %s, want 200: the slot was not released", i, path, resp.Status)
+		}
+	}
+	if n := inHandler.Load(); n != 5 {
+		t.Fatalf("%d requests reached the handler, want 5", n)
+	}
+	for _, path := range []string{"/ok", "/panic"} {
+		if free := peekRule(t, r, client.CheckRequest{Request: client.Request{IP: "127.0.0.1", Path: path}}, "one-at-a-time"); free != 1 {
+			t.Fatalf("%s: %d slots free after the requests, want 1", path, free)
+		}
+	}
+	if left := peekRule(t, r, client.CheckRequest{Request: client.Request{IP: "127.0.0.1", Path: "/ok"}}, "per-ip"); left != 95 {
+		t.Fatalf("per-ip has %d left after 5 requests, want 95: releases gave back rate-limit counts", left)
+	}
+}
+
+// peekRule returns the remaining units of rule for req.
+func peekRule(t *testing.T, r *ruled, req client.CheckRequest, rule string) int64 {
+	t.Helper()
+	req.Peek = true
+	a, err := client.New(r.url).Check(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range a.Results {
+		if res.Rule == rule {
+			return res.Remaining
+		}
+	}
+	t.Fatalf("peek: no result of %s in %+v", rule, a)
+	return 0
 }

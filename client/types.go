@@ -168,6 +168,17 @@ func (a *Answer) Delay() time.Duration {
 	return d
 }
 
+// Held reports whether some rule holds a slot for the request's DedupID:
+// the request should then be released (Client.Release) when it ends.
+func (a *Answer) Held() bool {
+	for _, r := range a.Results {
+		if r.Held {
+			return true
+		}
+	}
+	return false
+}
+
 // Result is one rule's decision.
 type Result struct {
 	Rule      string
@@ -187,6 +198,10 @@ type Result struct {
 	// Exempt is true for an exempt rule, which admitted the request
 	// without counting it.
 	Exempt bool
+	// Held is true when the rule holds a slot for the request's DedupID
+	// (an in-flight limit, the concurrency plugin) until Client.Release
+	// frees it or its lease expires.
+	Held bool
 	// Degraded is "" when the plugin decided, else the on_error policy
 	// that decided ("allow", "deny"); Error then says why.
 	Degraded string
@@ -217,6 +232,7 @@ type wireResult struct {
 	DelayMS      int64  `json:"delay_ms"`
 	Shadow       bool   `json:"shadow"`
 	Exempt       bool   `json:"exempt"`
+	Held         bool   `json:"held"`
 	Degraded     string `json:"degraded"`
 	Error        string `json:"error"`
 }
@@ -227,7 +243,7 @@ func (r *wireResult) result() Result {
 		Rule: r.Rule, Subject: r.Subject, Plugin: r.Plugin, Allowed: r.Allowed,
 		Granted: r.Granted, Limit: r.Limit, Remaining: r.Remaining,
 		Reset: ms(r.ResetMS), RetryAfter: ms(r.RetryAfterMS), Delay: ms(r.DelayMS),
-		Shadow: r.Shadow, Exempt: r.Exempt, Degraded: r.Degraded, Error: r.Error,
+		Shadow: r.Shadow, Exempt: r.Exempt, Held: r.Held, Degraded: r.Degraded, Error: r.Error,
 	}
 }
 

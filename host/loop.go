@@ -124,7 +124,7 @@ func decideRules(ctx context.Context, d ruleDecider, b budget, mode loopMode, se
 // decideRule is one rule's decision of req, into rr.
 func decideRule(ctx context.Context, d ruleDecider, b budget, mode loopMode, sel *rules.Selection, req *CheckRequest, rr *RuleResult) {
 	rule := sel.Rule
-	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow, detailed: rule.Detailed}
+	*rr = RuleResult{Rule: rule.Name, Subject: sel.Subject, Plugin: rule.Plugin, Shadow: rule.Shadow, detailed: rule.Detailed, Releases: rule.Traits.Releases}
 	if rule.Exempt && sel.Err == nil {
 		rr.Allowed, rr.Exempt = true, true
 		return

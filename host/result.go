@@ -76,11 +76,22 @@ type RuleResult struct {
 	// refusal of the request as bad input (sdk.BadRequestError; Degraded
 	// is then empty).
 	Err error
+	// Releases is true when the rule's plugin declares releases
+	// (sdk.Traits.Releases): its grants are slots, held until released.
+	Releases bool
 	sdk.Decision
 
 	cached    bool // answered by the deny cache
 	detailed  bool // the rule asks for per-subject metrics
 	cancelled bool // the caller gave up before the plugin decided
+}
+
+// Held reports whether the result holds a slot for the request's dedup id
+// until Engine.Release frees it or its lease expires: a grant of a plugin
+// that declares releases (sdk.Traits.Releases), made in Redis or, under
+// on_error: local, in this instance's memory.
+func (rr *RuleResult) Held() bool {
+	return rr.Releases && rr.Allowed && rr.Granted > 0 && (rr.Degraded == DegradedNone || rr.Degraded == DegradedLocal)
 }
 
 // FromDenyCache reports whether the deny cache gave the result, instead

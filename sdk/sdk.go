@@ -85,10 +85,19 @@ type Traits struct {
 	// and leased units it did not hand out; without it, such units are
 	// left to expire.
 	Refunds bool
+	// Releases promises that a grant of one hit with a dedup id is held
+	// (a slot, not a count) until a release frees it: one negative hit
+	// with the same dedup id, which gives back that grant and nothing
+	// else, or nothing when it was freed before or has expired. The
+	// engine then sends the releases and renewals of held grants
+	// (Engine.Release, Engine.Renew: POST /v1/release and /v1/renew) to
+	// the plugin; a plugin without it never sees them, so a release
+	// cannot give back what a rate limit counted.
+	Releases bool
 }
 
 // Names returns the declared traits by their ABI names (firm_denials,
-// leasable, refunds), for display.
+// leasable, refunds, releases), for display.
 func (t Traits) Names() []string {
 	names := []string{}
 	if t.FirmDenials {
@@ -99,6 +108,9 @@ func (t Traits) Names() []string {
 	}
 	if t.Refunds {
 		names = append(names, "refunds")
+	}
+	if t.Releases {
+		names = append(names, "releases")
 	}
 	return names
 }

@@ -36,10 +36,14 @@ var (
 )
 
 // TestMain removes what buildRuled built once the tests ran; run with
-// rlqsClientEnv set, the test binary is an RLQS client instead.
+// rlqsClientEnv set, the test binary is an RLQS client instead, and with
+// inflightAppEnv set an app behind the Go middleware.
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(rlqsClientEnv); addr != "" {
 		os.Exit(rlqsClientProcess(addr))
+	}
+	if base := os.Getenv(inflightAppEnv); base != "" {
+		os.Exit(inflightAppProcess(base))
 	}
 	code := m.Run()
 	if ruledBin != "" {

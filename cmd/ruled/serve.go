@@ -430,6 +430,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 		Logger:         log,
 		Admin:          engine,
 		Leases:         engine.ClientLeases(),
+		Holds:          engine,
 		AdminToken:     c.adminToken,
 		TrustedProxies: c.trustedProxies,
 		Refunds:        c.refunds,

@@ -253,8 +253,11 @@ type resultAnswer struct {
 	DelayMS      int64  `json:"delay_ms"`
 	Shadow       bool   `json:"shadow"`
 	Exempt       bool   `json:"exempt,omitempty"`
-	Degraded     string `json:"degraded"`
-	Error        string `json:"error,omitempty"`
+	// Held: the rule holds a slot for the dedup_id until POST /v1/release
+	// frees it or its lease expires (host.RuleResult.Held).
+	Held     bool   `json:"held,omitempty"`
+	Degraded string `json:"degraded"`
+	Error    string `json:"error,omitempty"`
 }
 
 func encodeResult(res *host.Result) *checkAnswer {
@@ -264,7 +267,7 @@ func encodeResult(res *host.Result) *checkAnswer {
 			Rule: rr.Rule, Subject: rr.Subject, Plugin: rr.Plugin, Allowed: rr.Allowed,
 			Granted: rr.Granted, Limit: rr.Limit, Remaining: rr.Remaining,
 			ResetMS: ceilMS(rr.Reset), RetryAfterMS: ceilMS(rr.RetryAfter), DelayMS: ceilMS(rr.Delay),
-			Shadow: rr.Shadow, Exempt: rr.Exempt, Degraded: string(rr.Degraded),
+			Shadow: rr.Shadow, Exempt: rr.Exempt, Held: rr.Held(), Degraded: string(rr.Degraded),
 		}
 		if rr.Err != nil {
 			ra.Error = rr.Err.Error()

@@ -52,6 +52,9 @@ func appendResult(b []byte, res *host.Result) []byte {
 		if rr.Exempt {
 			b = append(b, `,"exempt":true`...)
 		}
+		if rr.Held() {
+			b = append(b, `,"held":true`...)
+		}
 		b = append(b, `,"degraded":`...)
 		b = jsonw.AppendString(b, string(rr.Degraded))
 		if rr.Err != nil {

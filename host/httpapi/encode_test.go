@@ -19,6 +19,7 @@ func TestAppendResultMatchesEncodingJSON(t *testing.T) {
 				Reset: 41 * time.Second, Delay: time.Microsecond}},
 			{Rule: "r2", Subject: odd, Plugin: "p", Shadow: true, Degraded: host.DegradedLocal, Err: errors.New(odd),
 				Decision: sdk.Decision{Remaining: -1, RetryAfter: 999 * time.Microsecond}},
+			{Rule: "r3", Subject: "k", Plugin: "concurrency", Releases: true, Decision: sdk.Decision{Allowed: true, Granted: 1, Limit: 4, Remaining: 3}},
 		}},
 	} {
 		want, err := json.Marshal(encodeResult(&res))

@@ -256,6 +256,12 @@ const openAPIDownRules = "rules:\n" + leasedRule + `  - name: closed
     plugin: fixedwindow
     config: {limit: 2, window: 1m}
     on_error: deny
+  - name: closed-inflight
+    when: request.user == "holder"
+    subject: request.user
+    plugin: concurrency
+    config: {limit: 5}
+    on_error: deny
 `
 
 // openAPIServers are the servers the document is checked against, each
@@ -276,7 +282,7 @@ func startOpenAPIServers(t *testing.T) *openAPIServers {
 	m := metrics.New(metrics.Options{Version: "openapi-test"})
 	m.Bind(upEngine.Inspect())
 	s.up = httptest.NewServer(httpapi.New(httpapi.Options{
-		Checker: upEngine, Leases: upEngine.ClientLeases(), Admin: upEngine, AdminToken: "tok", Ready: upReady,
+		Checker: upEngine, Leases: upEngine.ClientLeases(), Holds: upEngine, Admin: upEngine, AdminToken: "tok", Ready: upReady,
 		Metrics: m.Handler(), UI: ui.Handler(), Stats: m.StatusFunc("openapi test redis", upReady),
 	}))
 	t.Cleanup(s.up.Close)
@@ -286,7 +292,7 @@ func startOpenAPIServers(t *testing.T) *openAPIServers {
 	}))
 	t.Cleanup(s.loop.Close)
 	s.admin = httptest.NewServer(httpapi.New(httpapi.Options{
-		Checker: upEngine, Leases: upEngine.ClientLeases(), Admin: upEngine, AdminToken: "tok", Ready: upReady, Refunds: httpapi.RefundsAdmin,
+		Checker: upEngine, Leases: upEngine.ClientLeases(), Holds: upEngine, Admin: upEngine, AdminToken: "tok", Ready: upReady, Refunds: httpapi.RefundsAdmin,
 	}))
 	t.Cleanup(s.admin.Close)
 
@@ -294,7 +300,7 @@ func startOpenAPIServers(t *testing.T) *openAPIServers {
 	downEngine, downReady, _ := startOpenAPIEngine(t, downRedis, openAPIDownRules)
 	downRedis.Kill()
 	s.down = httptest.NewServer(httpapi.New(httpapi.Options{
-		Checker: downEngine, Leases: downEngine.ClientLeases(), Admin: downEngine, AdminToken: "tok", Ready: downReady,
+		Checker: downEngine, Leases: downEngine.ClientLeases(), Holds: downEngine, Admin: downEngine, AdminToken: "tok", Ready: downReady,
 	}))
 	t.Cleanup(s.down.Close)
 	return &s
@@ -542,6 +548,26 @@ func TestOpenAPIDescribesLiveAnswers(t *testing.T) {
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/lease/return", body: `{"returns": [{"lease": "e30.e30", "unused": 1}]}`, want: http.StatusForbidden})
 	v.call(t, liveCall{base: down, method: "POST", path: "/v1/lease/return", want: http.StatusServiceUnavailable, // it never read the lease key
 		body: `{"returns": [{"request": {"user": "leaser"}, "attrs": {"tenant": "acme"}, "lease": "` + lease.Lease + `", "unused": 3}]}`})
+
+	// In-flight slots (the user "no-lease", 5 at once): held, renewed,
+	// released; a renewal refused when every slot is taken (429) or when
+	// the rule fails closed (503); a release refused without the admin
+	// token under --client-refunds=admin.
+	slot := func(id string) string { return `{"request": {"user": "no-lease"}, "dedup_id": "` + id + `"}` }
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/check", body: slot("slot-1"), want: http.StatusOK})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/renew", body: slot("slot-1"), want: http.StatusOK})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/release", body: slot("slot-1"), want: http.StatusOK})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/release", body: `{"request": {"user": "no-lease"}, "dedup_id": "slot-1", "hits": 1}`, want: http.StatusBadRequest})
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/renew", body: `{"request": {"user": "no-lease"}}`, want: http.StatusBadRequest})
+	for i := range 5 {
+		v.call(t, liveCall{base: up, method: "POST", path: "/v1/check", body: slot(fmt.Sprint("full-", i)), want: http.StatusOK})
+	}
+	v.call(t, liveCall{base: up, method: "POST", path: "/v1/renew", body: slot("slot-late"), want: http.StatusTooManyRequests})
+	v.call(t, liveCall{base: s.admin.URL, method: "POST", path: "/v1/release", body: slot("full-0"), want: http.StatusForbidden})
+	for i := range 5 {
+		v.call(t, liveCall{base: s.admin.URL, method: "POST", path: "/v1/release", token: "tok", body: slot(fmt.Sprint("full-", i)), want: http.StatusOK})
+	}
+	v.call(t, liveCall{base: down, method: "POST", path: "/v1/renew", body: `{"request": {"user": "holder"}, "dedup_id": "h"}`, want: http.StatusServiceUnavailable})
 
 	// Refunds under --client-refunds=admin: refused without the token.
 	refundIP := nextIP()

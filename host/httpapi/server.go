@@ -35,6 +35,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Leases, when set, serves /v1/lease and /v1/lease/return.
 	Leases Leaser
+	// Holds, when set, serves /v1/release and /v1/renew.
+	Holds Holder
 	// Admin serves the /v1/admin/ endpoints. They exist only when both
 	// Admin and AdminToken are set.
 	Admin Admin
@@ -66,6 +68,7 @@ type Options struct {
 type Server struct {
 	check          Checker
 	leaser         Leaser // Options.Leases
+	holds          Holder // Options.Holds
 	trustedProxies []netip.Prefix
 	refunds        Refunds
 	adminToken     string
@@ -99,6 +102,11 @@ func New(o Options) *Server {
 		s.leaser = o.Leases
 		s.mux.HandleFunc("POST /v1/lease", s.handleLease)
 		s.mux.HandleFunc("POST /v1/lease/return", s.handleLeaseReturn)
+	}
+	if o.Holds != nil {
+		s.holds = o.Holds
+		s.mux.HandleFunc("POST /v1/release", s.handleRelease)
+		s.mux.HandleFunc("POST /v1/renew", s.handleRenew)
 	}
 	if o.Admin != nil && (o.AdminToken != "" || o.LoopbackStatus) {
 		s.mountAdmin(o.Admin, o.AdminToken, o.Stats)

@@ -70,7 +70,7 @@ func (Plugin) Info() sdk.Info {
 		// A release frees a slot at any moment, so a denial is not firm,
 		// and a slot belongs to one lease id, so grants cannot be taken
 		// ahead; hits: -1 releases.
-		Traits: sdk.Traits{Refunds: true},
+		Traits: sdk.Traits{Refunds: true, Releases: true},
 	}
 }
 

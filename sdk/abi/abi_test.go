@@ -23,7 +23,7 @@ func testInfo() sdk.Info {
 	return sdk.Info{Name: "gcra", Version: "1.2.3", Scripts: []sdk.Script{
 		{Name: "decide", Source: longSource, Commands: []string{"HGET", "HSET", "PEXPIRE"}, Returns: sdk.DecisionShape},
 		{Name: "peek", Source: "return 1", Commands: nil},
-	}, Traits: sdk.Traits{FirmDenials: true, Refunds: true}}
+	}, Traits: sdk.Traits{FirmDenials: true, Refunds: true, Releases: true}}
 }
 
 func TestInfoRoundTripAndSchema(t *testing.T) {
@@ -39,7 +39,7 @@ func TestInfoRoundTripAndSchema(t *testing.T) {
 	}
 	if pb.Name != "gcra" || len(pb.Scripts) != 2 || pb.Scripts[0].Source != longSource ||
 		!reflect.DeepEqual(pb.Scripts[0].Commands, []string{"HGET", "HSET", "PEXPIRE"}) ||
-		!pb.Traits.GetFirmDenials() || pb.Traits.GetLeasable() || !pb.Traits.GetRefunds() ||
+		!pb.Traits.GetFirmDenials() || pb.Traits.GetLeasable() || !pb.Traits.GetRefunds() || !pb.Traits.GetReleases() ||
 		!reflect.DeepEqual(pb.Scripts[0].Returns, sdk.DecisionShape.Names()) || pb.Scripts[1].Returns != nil || !pb.Steps {
 		t.Fatalf("generated code reads %v", &pb)
 	}

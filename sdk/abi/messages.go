@@ -63,6 +63,7 @@ func AppendInfo(b []byte, info *sdk.Info, steps bool) []byte {
 		b = appendBool(b, 1, t.FirmDenials)
 		b = appendBool(b, 2, t.Leasable)
 		b = appendBool(b, 3, t.Refunds)
+		b = appendBool(b, 4, t.Releases)
 		b = endNested(b, mark)
 	}
 	return appendBool(b, 5, steps)
@@ -119,6 +120,8 @@ func decodeTraits(b []byte) (sdk.Traits, error) {
 			t.Leasable = f.u != 0
 		case 3:
 			t.Refunds = f.u != 0
+		case 4:
+			t.Releases = f.u != 0
 		}
 	}
 	return t, nil

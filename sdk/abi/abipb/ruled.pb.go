@@ -240,7 +240,11 @@ type Traits struct {
 	// leasable: grants may be taken ahead in bulk and handed out in-process.
 	Leasable bool `protobuf:"varint,2,opt,name=leasable,proto3" json:"leasable,omitempty"`
 	// refunds: negative hits give units back.
-	Refunds       bool `protobuf:"varint,3,opt,name=refunds,proto3" json:"refunds,omitempty"`
+	Refunds bool `protobuf:"varint,3,opt,name=refunds,proto3" json:"refunds,omitempty"`
+	// releases: a grant with a dedup id is held until released (hits -1,
+	// the same dedup id) or until it expires; releases reach only such
+	// plugins.
+	Releases      bool `protobuf:"varint,4,opt,name=releases,proto3" json:"releases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -292,6 +296,13 @@ func (x *Traits) GetLeasable() bool {
 func (x *Traits) GetRefunds() bool {
 	if x != nil {
 		return x.Refunds
+	}
+	return false
+}
+
+func (x *Traits) GetReleases() bool {
+	if x != nil {
+		return x.Releases
 	}
 	return false
 }
@@ -1594,11 +1605,12 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
 	"\ascripts\x18\x03 \x03(\v2\x14.ruled.abi.v1.ScriptR\ascripts\x12,\n" +
 	"\x06traits\x18\x04 \x01(\v2\x14.ruled.abi.v1.TraitsR\x06traits\x12\x14\n" +
-	"\x05steps\x18\x05 \x01(\bR\x05steps\"a\n" +
+	"\x05steps\x18\x05 \x01(\bR\x05steps\"}\n" +
 	"\x06Traits\x12!\n" +
 	"\ffirm_denials\x18\x01 \x01(\bR\vfirmDenials\x12\x1a\n" +
 	"\bleasable\x18\x02 \x01(\bR\bleasable\x12\x18\n" +
-	"\arefunds\x18\x03 \x01(\bR\arefunds\"j\n" +
+	"\arefunds\x18\x03 \x01(\bR\arefunds\x12\x1a\n" +
+	"\breleases\x18\x04 \x01(\bR\breleases\"j\n" +
 	"\x06Script\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1a\n" +

@@ -26,7 +26,7 @@ func InfoToPB(info *sdk.Info) *abipb.Info {
 		}
 	}
 	if t := info.Traits; t != (sdk.Traits{}) {
-		out.Traits = &abipb.Traits{FirmDenials: t.FirmDenials, Leasable: t.Leasable, Refunds: t.Refunds}
+		out.Traits = &abipb.Traits{FirmDenials: t.FirmDenials, Leasable: t.Leasable, Refunds: t.Refunds, Releases: t.Releases}
 	}
 	return out
 }
@@ -35,6 +35,7 @@ func InfoToPB(info *sdk.Info) *abipb.Info {
 func InfoFromPB(m *abipb.Info) sdk.Info {
 	info := sdk.Info{Name: m.GetName(), Version: m.GetVersion(), Traits: sdk.Traits{
 		FirmDenials: m.GetTraits().GetFirmDenials(), Leasable: m.GetTraits().GetLeasable(), Refunds: m.GetTraits().GetRefunds(),
+		Releases: m.GetTraits().GetReleases(),
 	}}
 	for _, s := range m.GetScripts() {
 		script := sdk.Script{Name: s.GetName(), Source: s.GetSource(), Commands: s.GetCommands()}
