@@ -411,7 +411,7 @@ func runServer(ctx context.Context, c serveConfig, log *slog.Logger, stderr io.W
 	}
 	grpcOpts := grpcOptions{addr: c.grpcListen, tls: grpcTLS, envoy: c.envoy, extra: tr.GRPC(),
 		service: grpcapi.ServiceOptions{RefuseRefunds: c.refunds != httpapi.RefundsAllow, OmitHeaders: c.envoy != nil && c.envoy.noRLSHeaders,
-			Observer: stats.CallObserver()}}
+			Observer: stats.CallObserver(), Holds: &grpcapi.Holds{Signer: engine.ClientLeases(), Releaser: engine}}}
 	grpcSrv, err := startGRPC(grpcOpts, engine, ready, log)
 	if err != nil {
 		return err

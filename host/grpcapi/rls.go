@@ -60,6 +60,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
@@ -78,6 +79,12 @@ const MaxDescriptors = 1000
 
 // RemoteAddressKey is the descriptor entry whose value becomes request.ip.
 const RemoteAddressKey = "remote_address"
+
+// DedupIDKey is the descriptor entry whose value becomes the check's
+// dedup id, the lease id of an in-flight slot (Envoy sets it from
+// x-request-id with a request_headers action). It is not an attr and not
+// one of the descriptor's keys: rules match the descriptor without it.
+const DedupIDKey = "dedup_id"
 
 // DomainAttr is the attrs key that holds the request's domain.
 const DomainAttr = "domain"
@@ -110,6 +117,9 @@ type Checker interface {
 func NewServer(c Checker, h *Health, log *slog.Logger, o ServiceOptions, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(append(ServerOptions(), opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(s, NewRateLimitService(c, log, o))
+	if o.Holds != nil {
+		alsv3.RegisterAccessLogServiceServer(s, NewAccessLogService(*o.Holds, log))
+	}
 	healthpb.RegisterHealthServer(s, h)
 	return s
 }
@@ -140,6 +150,10 @@ type ServiceOptions struct {
 	OmitHeaders bool
 	// Observer, when set, is told of every call.
 	Observer CallObserver
+	// Holds, when set, puts a release token in the answers that hold
+	// in-flight slots, and NewServer serves Envoy's access log service,
+	// which releases them when Envoy logs their requests (release.go).
+	Holds *Holds
 }
 
 // CallObserver is told of every ShouldRateLimit call: the request, each
@@ -158,6 +172,7 @@ type RateLimitService struct {
 	refuseRefunds bool
 	omitHeaders   bool
 	observer      CallObserver
+	holds         *Holds
 }
 
 // NewRateLimitService returns the service, tuned by o, for callers that
@@ -166,7 +181,7 @@ func NewRateLimitService(c Checker, log *slog.Logger, o ServiceOptions) *RateLim
 	if log == nil {
 		log = slog.Default()
 	}
-	return &RateLimitService{check: c, log: log, refuseRefunds: o.RefuseRefunds, omitHeaders: o.OmitHeaders, observer: o.Observer}
+	return &RateLimitService{check: c, log: log, refuseRefunds: o.RefuseRefunds, omitHeaders: o.OmitHeaders, observer: o.Observer, holds: o.Holds}
 }
 
 // ShouldRateLimit decides every descriptor of the request.
@@ -217,6 +232,14 @@ func (s *RateLimitService) shouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	}
 	if !s.omitHeaders {
 		resp.ResponseHeadersToAdd = headersToAdd(&all)
+	}
+	if s.holds != nil {
+		// Without a token the slots come back when their leases expire.
+		if tok, err := releaseTokenFor(ctx, s.holds.Signer, req, results); err != nil {
+			s.log.Warn("in-flight slots held without a release token", "domain", req.GetDomain(), "err", err)
+		} else if tok != "" {
+			resp.DynamicMetadata = releaseMetadata(tok)
+		}
 	}
 	return resp.RateLimitResponse, results, nil
 }
@@ -287,28 +310,47 @@ func checkRequests(req *rlsv3.RateLimitRequest) ([]*host.CheckRequest, error) {
 			return nil, fmt.Errorf("descriptors[%d]: %w", i, err)
 		}
 		cr := &each[i]
-		cr.Attrs, cr.Hits = make(map[string]string, len(d.GetEntries())+4), hits
-		for _, e := range d.GetEntries() {
-			cr.Attrs[e.GetKey()] = e.GetValue()
-			if e.GetKey() == RemoteAddressKey {
-				cr.Request.IP = e.GetValue()
-			}
-		}
-		cr.Attrs[DomainAttr] = req.GetDomain()
-		cr.Attrs[KeysAttr] = entryKeys(d.GetEntries())
-		delete(cr.Attrs, LimitOverrideAttr)
-		delete(cr.Attrs, LimitOverrideWindowAttr)
-		if o := d.GetLimit(); o != nil {
-			window, err := overrideWindow(o)
-			if err != nil {
-				return nil, fmt.Errorf("descriptors[%d]: limit: %w", i, err)
-			}
-			cr.Attrs[LimitOverrideAttr] = strconv.FormatUint(uint64(o.GetRequestsPerUnit()), 10)
-			cr.Attrs[LimitOverrideWindowAttr] = window.String()
+		cr.Hits = hits
+		if err := describe(cr, req.GetDomain(), d); err != nil {
+			return nil, fmt.Errorf("descriptors[%d]: %w", i, err)
 		}
 		out[i] = cr
 	}
 	return out, nil
+}
+
+// describe fills cr's request from descriptor d of domain: its entries
+// become attrs (remote_address also request.ip; dedup_id the dedup id, and
+// neither an attr nor a key), with the domain, the entry keys and the
+// limit override.
+func describe(cr *host.CheckRequest, domain string, d *rlcommonv3.RateLimitDescriptor) error {
+	cr.Attrs = make(map[string]string, len(d.GetEntries())+4)
+	for _, e := range d.GetEntries() {
+		switch e.GetKey() {
+		case DedupIDKey:
+			if err := host.CheckDedupID(e.GetValue()); err != nil {
+				return fmt.Errorf("%s: %w", DedupIDKey, err)
+			}
+			cr.DedupID = e.GetValue()
+			continue
+		case RemoteAddressKey:
+			cr.Request.IP = e.GetValue()
+		}
+		cr.Attrs[e.GetKey()] = e.GetValue()
+	}
+	cr.Attrs[DomainAttr] = domain
+	cr.Attrs[KeysAttr] = entryKeys(d.GetEntries())
+	delete(cr.Attrs, LimitOverrideAttr)
+	delete(cr.Attrs, LimitOverrideWindowAttr)
+	if o := d.GetLimit(); o != nil {
+		window, err := overrideWindow(o)
+		if err != nil {
+			return fmt.Errorf("limit: %w", err)
+		}
+		cr.Attrs[LimitOverrideAttr] = strconv.FormatUint(uint64(o.GetRequestsPerUnit()), 10)
+		cr.Attrs[LimitOverrideWindowAttr] = window.String()
+	}
+	return nil
 }
 
 // oneCheck is the check of a call of one descriptor and the slice that
@@ -318,18 +360,23 @@ type oneCheck struct {
 	req  [1]host.CheckRequest
 }
 
-// entryKeys is the keys of entries joined with commas, without a copy
-// for the common single entry.
+// entryKeys is the keys of entries but dedup_id joined with commas,
+// without a copy for the common single entry.
 func entryKeys(entries []*rlcommonv3.RateLimitDescriptor_Entry) string {
-	if len(entries) == 1 {
+	if len(entries) == 1 && entries[0].GetKey() != DedupIDKey {
 		return entries[0].GetKey()
 	}
 	var b strings.Builder
-	for i, e := range entries {
-		if i > 0 {
+	first := true
+	for _, e := range entries {
+		if e.GetKey() == DedupIDKey {
+			continue
+		}
+		if !first {
 			b.WriteByte(',')
 		}
 		b.WriteString(e.GetKey())
+		first = false
 	}
 	return b.String()
 }
