@@ -140,7 +140,7 @@ func (c *Client) Acquire(ctx context.Context, req CheckRequest, wait time.Durati
 	return c.decide(ctx, "acquire", "/v1/acquire", b, max(wait, 0))
 }
 
-// Release frees the in-flight slots that req.DedupID holds (POST
+// Release frees the in-flight slots that req.LeaseID holds (POST
 // /v1/release), once its request has ended: req is the request and attrs
 // of the check that acquired them (Hits is not sent). Only rules whose
 // plugins hold slots (the concurrency limiter) are asked, so a release
@@ -162,7 +162,7 @@ func (c *Client) Release(ctx context.Context, req CheckRequest) (int64, error) {
 }
 
 // Renew keeps the in-flight slots of a request that runs longer than their
-// leases last (POST /v1/renew): each slot req.DedupID holds is acquired
+// leases last (POST /v1/renew): each slot req.LeaseID holds is acquired
 // again, its lease starting anew, and one whose lease expired is taken
 // again if one is free. Only the rules that hold slots are asked. The
 // answer is a check's: Allowed false when a slot could not be kept.

@@ -109,7 +109,7 @@ func WithLeases(o LeaseOptions) Option {
 // ruled, which may deny it outright where leases would drain the quota
 // trying to gather its hits.
 func (r *CheckRequest) leaseable() bool {
-	return (r.Hits == 0 || r.Hits == 1) && !r.Peek && r.DedupID == "" && !r.BestEffort
+	return (r.Hits == 0 || r.Hits == 1) && !r.Peek && r.DedupID == "" && r.LeaseID == "" && !r.BestEffort
 }
 
 // leaser holds a client's leases: by request (its fingerprint), the lease

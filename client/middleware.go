@@ -42,7 +42,8 @@ type MiddlewareOptions struct {
 	OnError func(r *http.Request, err error)
 	// InFlight makes each request hold its in-flight slots (rules of the
 	// concurrency plugin) while the handler runs: its check carries a
-	// lease id (LeaseID) as its DedupID, and when the answer holds a slot
+	// lease id (LeaseID, which no rate limit sees), and when the answer
+	// holds a slot
 	// the middleware renews it every RenewEvery while the handler runs
 	// and releases it (Client.Release) when the handler returns or
 	// panics, before the answer is sent. A request the middleware let
@@ -106,7 +107,7 @@ func Middleware(c *Client, o MiddlewareOptions) func(http.Handler) http.Handler 
 			}
 			cr := o.checkRequest(r)
 			if o.InFlight {
-				cr.DedupID = o.LeaseID(r)
+				cr.LeaseID = o.LeaseID(r)
 			}
 			ans, err := c.Check(r.Context(), cr)
 			if err != nil {

@@ -35,6 +35,11 @@ type CheckRequest struct {
 	// DedupID makes a retried request idempotent where the plugin supports
 	// it (at most 256 bytes).
 	DedupID string
+	// LeaseID names the request's in-flight slots (at most 256 bytes):
+	// rules whose plugins hold slots (the concurrency limiter) take it as
+	// their dedup id, and no other rule sees it. Release and Renew name
+	// the slots by it.
+	LeaseID string
 	// BestEffort grants what is left instead of denying, where the plugin
 	// supports it.
 	BestEffort bool
@@ -46,12 +51,13 @@ type checkBody struct {
 	Attrs      map[string]string `json:"attrs,omitempty"`
 	Hits       *int64            `json:"hits,omitempty"`
 	DedupID    string            `json:"dedup_id,omitempty"`
+	LeaseID    string            `json:"lease_id,omitempty"`
 	BestEffort bool              `json:"best_effort,omitempty"`
 	TimeoutMS  *int64            `json:"timeout_ms,omitempty"` // acquire only
 }
 
 func (r *CheckRequest) body() checkBody {
-	b := checkBody{Request: r.Request, Attrs: r.Attrs, DedupID: r.DedupID, BestEffort: r.BestEffort}
+	b := checkBody{Request: r.Request, Attrs: r.Attrs, DedupID: r.DedupID, LeaseID: r.LeaseID, BestEffort: r.BestEffort}
 	switch {
 	case r.Peek:
 		b.Hits = new(int64)
@@ -168,7 +174,7 @@ func (a *Answer) Delay() time.Duration {
 	return d
 }
 
-// Held reports whether some rule holds a slot for the request's DedupID:
+// Held reports whether some rule holds a slot for the request's LeaseID:
 // the request should then be released (Client.Release) when it ends.
 func (a *Answer) Held() bool {
 	for _, r := range a.Results {
@@ -198,7 +204,7 @@ type Result struct {
 	// Exempt is true for an exempt rule, which admitted the request
 	// without counting it.
 	Exempt bool
-	// Held is true when the rule holds a slot for the request's DedupID
+	// Held is true when the rule holds a slot for the request's LeaseID
 	// (an in-flight limit, the concurrency plugin) until Client.Release
 	// frees it or its lease expires.
 	Held bool

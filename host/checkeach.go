@@ -65,7 +65,7 @@ func (e *Engine) CheckEach(ctx context.Context, reqs []*CheckRequest) []Result {
 		}
 		over = true
 		for j := range i {
-			refundRules(ctx, g, b, sels[j], out[j].Results, 0, reqs[j].DedupID, reqs[j].Attrs)
+			refundRules(ctx, g, b, sels[j], out[j].Results, 0, reqs[j], reqs[j].Attrs)
 		}
 		if res.BadRequest != nil {
 			break

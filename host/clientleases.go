@@ -210,7 +210,7 @@ func (cl *ClientLeases) Take(ctx context.Context, req *LeaseRequest) (ClientLeas
 		out.MaxPermits = sized
 		if permits > sized {
 			// Taken before the size was known: the rest goes back.
-			refundRules(ctx, g, b, sels, res.Results, sized, "", req.Attrs)
+			refundRules(ctx, g, b, sels, res.Results, sized, nil, req.Attrs)
 			permits = sized
 		}
 	}

@@ -9,25 +9,26 @@ import (
 	"github.com/ruled-dev/ruled/rules"
 )
 
-// ErrNoDedupID is the error of a release or a renewal without the dedup id
-// that names the hold.
-var ErrNoDedupID = errors.New("dedup_id: a release or a renewal needs the dedup id the slot was acquired with")
+// ErrNoLeaseID is the error of a release or a renewal without the id the
+// slots were acquired with.
+var ErrNoLeaseID = errors.New("lease_id: a release or a renewal needs the lease id (or dedup id) the slots were acquired with")
 
-// Release frees the slots that req.DedupID holds in the rules req matches
+// Release frees the slots that req's lease id (LeaseID, or DedupID without
+// one) holds in the rules req matches
 // whose plugins declare releases (sdk.Traits.Releases: the concurrency
-// limiter): each of those rules is asked one negative hit with the dedup
+// limiter): each of those rules is asked one negative hit with the lease
 // id, and no other rule is asked, so a release never gives back what a
 // rate limit counted. A rule's result has Granted -1 where its slot was
 // freed and 0 where the id held none there (released before, expired, or
 // never acquired). A plugin that fails follows its rule's on_error (local
 // frees a lease held in this instance's memory); a slot that a failed
 // release leaves held comes back when its lease expires. Result.Allowed is
-// always true; a request without a dedup id is a bad request (ErrNoDedupID).
+// always true; a request without an id is a bad request (ErrNoLeaseID).
 func (e *Engine) Release(ctx context.Context, req *CheckRequest) Result {
 	return e.holding(ctx, req, -1)
 }
 
-// Renew acquires again the slots of req.DedupID in the rules req matches
+// Renew acquires again the slots of req's lease id in the rules req matches
 // whose plugins declare releases, as Release picks them: a slot still held
 // is kept (for concurrency, its lease's ttl starts again) and takes no
 // other, and one whose lease expired is taken anew if a slot is free. No
@@ -44,8 +45,9 @@ func (e *Engine) Renew(ctx context.Context, req *CheckRequest) Result {
 // matches, each on its own.
 func (e *Engine) holding(ctx context.Context, req *CheckRequest, hits int64) Result {
 	res := Result{Allowed: true}
-	if req.DedupID == "" {
-		res.Allowed, res.BadRequest = false, ErrNoDedupID
+	id := req.slotID()
+	if id == "" {
+		res.Allowed, res.BadRequest = false, ErrNoLeaseID
 		return res
 	}
 	g := e.gen.Load()
@@ -53,7 +55,7 @@ func (e *Engine) holding(ctx context.Context, req *CheckRequest, hits int64) Res
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
 	sels := g.set.AppendMatch(nil, &in)
 	one := *req
-	one.Hits, one.BestEffort = hits, false
+	one.Hits, one.BestEffort, one.LeaseID = hits, false, id
 	for i := range sels {
 		sel := &sels[i]
 		if !sel.Rule.Traits.Releases || sel.Rule.Exempt {

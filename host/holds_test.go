@@ -87,8 +87,33 @@ func TestReleaseAndRenewReachOnlyTheSlots(t *testing.T) {
 	}
 
 	for _, f := range []func(context.Context, *host.CheckRequest) host.Result{e.Release, e.Renew} {
-		if res := f(ctx, holdReq("", 0)); !errors.Is(res.BadRequest, host.ErrNoDedupID) || res.Allowed {
-			t.Fatalf("without a dedup id: %+v, want ErrNoDedupID", res)
+		if res := f(ctx, holdReq("", 0)); !errors.Is(res.BadRequest, host.ErrNoLeaseID) || res.Allowed {
+			t.Fatalf("without a dedup id: %+v, want ErrNoLeaseID", res)
 		}
+	}
+}
+
+// TestLeaseIDReachesOnlyTheSlots: a request's LeaseID is the dedup id of
+// the rules that hold slots and of no other, so a rate limit keeps no
+// record of it: the same lease id twice renews one slot but counts twice,
+// where the same DedupID would be one retried request, counted once. A
+// release by the lease id frees the slot.
+func TestLeaseIDReachesOnlyTheSlots(t *testing.T) {
+	e := newEngine(t, redistest.Start(t), rateAndSlots, 5*time.Second)
+	ctx := context.Background()
+	lease := func() *host.CheckRequest {
+		return &host.CheckRequest{Request: host.Request{User: "u"}, Hits: 1, LeaseID: "slot-1"}
+	}
+	for i := range 2 {
+		if res := e.Check(ctx, lease()); !res.Allowed || !res.Results[1].Held() {
+			t.Fatalf("check %d with the lease id: %+v", i, res)
+		}
+	}
+	peek := e.Check(ctx, &host.CheckRequest{Request: host.Request{User: "u"}, Hits: 0})
+	if rate, slots := peek.Results[0].Remaining, peek.Results[1].Remaining; rate != 8 || slots != 1 {
+		t.Fatalf("rate remaining %d, slots %d; want 8 (two checks counted) and 1 (one slot renewed)", rate, slots)
+	}
+	if rel := e.Release(ctx, &host.CheckRequest{Request: host.Request{User: "u"}, LeaseID: "slot-1"}); len(rel.Results) != 1 || rel.Results[0].Granted != -1 {
+		t.Fatalf("release by the lease id: %+v", rel)
 	}
 }

@@ -80,7 +80,7 @@ func decideRules(ctx context.Context, d ruleDecider, b budget, mode loopMode, se
 		}
 		decideRule(ctx, d, b, mode, &sels[i], ask, rr)
 		if mode == leaseMode && rr.Err != nil {
-			refundRules(ctx, d, b, sels, res.Results[:i], 0, "", req.Attrs)
+			refundRules(ctx, d, b, sels, res.Results[:i], 0, nil, req.Attrs)
 			return 0, fmt.Errorf("rule %s (plugin %s): %w", rr.Rule, rr.Plugin, rr.Err)
 		}
 		if rr.cancelled {
@@ -111,11 +111,11 @@ func decideRules(ctx context.Context, d ruleDecider, b budget, mode loopMode, se
 		if rr.Degraded == DegradedDeny {
 			res.FailClosed = true
 		}
-		refundRules(ctx, d, b, sels, res.Results[:i], 0, req.DedupID, req.Attrs)
+		refundRules(ctx, d, b, sels, res.Results[:i], 0, req, req.Attrs)
 		return 0, nil
 	}
 	if mode == leaseMode {
-		refundRules(ctx, d, b, sels, res.Results, want, "", req.Attrs)
+		refundRules(ctx, d, b, sels, res.Results, want, nil, req.Attrs)
 		return want, nil
 	}
 	return 0, nil
@@ -129,7 +129,7 @@ func decideRule(ctx context.Context, d ruleDecider, b budget, mode loopMode, sel
 		rr.Allowed, rr.Exempt = true, true
 		return
 	}
-	r := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.DedupID, BestEffort: req.BestEffort, Attrs: req.Attrs}
+	r := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.dedupFor(rule), BestEffort: req.BestEffort, Attrs: req.Attrs}
 	if sel.Err != nil {
 		degrade(d, mode, rr, *sel, r, sel.Err)
 		return
@@ -178,14 +178,20 @@ func degrade(d ruleDecider, mode loopMode, rr *RuleResult, sel rules.Selection, 
 // the end), where their plugins declare refunds, and makes their results
 // say what stands: what is kept granted, the remaining after the refund.
 // Only plugin-granted units are refunded; a refund that fails leaves the
-// result saying the units were granted (they expire with the window).
-func refundRules(ctx context.Context, d ruleDecider, b budget, sels []rules.Selection, done []RuleResult, keep int64, dedupID string, attrs map[string]string) {
+// result saying the units were granted (they expire with the window). Each
+// refund carries the dedup id its rule was asked with (none when ids is
+// nil).
+func refundRules(ctx context.Context, d ruleDecider, b budget, sels []rules.Selection, done []RuleResult, keep int64, ids *CheckRequest, attrs map[string]string) {
 	for i := range done {
 		rr := &done[i]
 		sel := sels[i]
 		back := rr.Granted - min(rr.Granted, keep)
 		if rr.Degraded != DegradedNone || !rr.Allowed || back <= 0 || !sel.Rule.Traits.Refunds {
 			continue
+		}
+		dedupID := ""
+		if ids != nil {
+			dedupID = ids.dedupFor(sel.Rule)
 		}
 		dec, err := d.refundRule(ctx, b, sel, back, dedupID, attrs)
 		if err != nil {

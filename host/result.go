@@ -51,11 +51,34 @@ func NormalizeHeaders(h map[string]string) map[string]string { return rules.Norm
 
 // CheckRequest is one question put to the engine.
 type CheckRequest struct {
-	Request    Request
-	Attrs      map[string]string
-	Hits       int64 // 0 peeks; negative refunds where the plugin supports it
-	DedupID    string
+	Request Request
+	Attrs   map[string]string
+	Hits    int64 // 0 peeks; negative refunds where the plugin supports it
+	DedupID string
+	// LeaseID names the request's in-flight slots: the rules whose plugins
+	// declare releases are asked with it as their dedup id, instead of
+	// DedupID, and no other rule sees it (a rate limit keeps no record of
+	// it). Release and Renew name the slots by it.
+	LeaseID    string
 	BestEffort bool
+}
+
+// dedupFor is the dedup id rule is asked with: LeaseID for a rule whose
+// plugin declares releases, when the request has one, else DedupID.
+func (req *CheckRequest) dedupFor(rule *rules.Rule) string {
+	if req.LeaseID != "" && rule.Traits.Releases {
+		return req.LeaseID
+	}
+	return req.DedupID
+}
+
+// slotID is the id of the slots a release or a renewal names: LeaseID, or
+// DedupID without one.
+func (req *CheckRequest) slotID() string {
+	if req.LeaseID != "" {
+		return req.LeaseID
+	}
+	return req.DedupID
 }
 
 // Degraded says how a decision was made when it could not be made by the

@@ -271,7 +271,7 @@ func TestInFlightThroughTheGoMiddleware(t *testing.T) {
 }
 
 // envoyInflightRules: a rate limit and an in-flight limit on the route
-// descriptor; the rule matches only when dedup_id is not among the
+// descriptor; the rule matches only when lease_id is not among the
 // descriptor's keys. The route "unlogged" has a shorter lease.
 const envoyInflightRules = `
 rules:
@@ -295,7 +295,7 @@ rules:
 
 // simulatedEnvoy does what Envoy does for a request under a rate limit
 // filter and a gRPC access log: it asks RLS with the route and the
-// request's x-request-id (a request_headers action to dedup_id), and once
+// request's x-request-id (a request_headers action to lease_id), and once
 // the upstream has answered it logs the request, with the dynamic metadata
 // the rate limit filter kept, on its access log stream.
 type simulatedEnvoy struct {
@@ -324,7 +324,7 @@ func newSimulatedEnvoy(t *testing.T, rlsAddr, alsAddr string) *simulatedEnvoy {
 // what the access log entry carries.
 func (e *simulatedEnvoy) acquire(t *testing.T, route, id string) (bool, *structpb.Struct) {
 	resp, err := e.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
-		Descriptors: []*rlcommonv3.RateLimitDescriptor{entries("route", route, "dedup_id", id)}})
+		Descriptors: []*rlcommonv3.RateLimitDescriptor{entries("route", route, "lease_id", id)}})
 	if err != nil {
 		t.Error(err)
 		return false, nil
@@ -493,7 +493,7 @@ func mustB64(t *testing.T, s string) string {
 // TestInFlightEnvoyConfigInTheDocsIsValid: the in-flight block of
 // docs/envoy.md is one Envoy accepts (every field and type name known, its
 // validation rules pass), and it says what ruled relies on: x-request-id
-// sent as dedup_id, and a gRPC access log of the requests whose rate limit
+// sent as lease_id, and a gRPC access log of the requests whose rate limit
 // metadata has a release token.
 func TestInFlightEnvoyConfigInTheDocsIsValid(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
@@ -534,8 +534,8 @@ func TestInFlightEnvoyConfigInTheDocsIsValid(t *testing.T) {
 			t.Fatalf("Envoy's validation refuses the %T: %v", m.msg, err)
 		}
 	}
-	if h := rl.GetActions()[1].GetRequestHeaders(); h.GetHeaderName() != "x-request-id" || h.GetDescriptorKey() != grpcapi.DedupIDKey {
-		t.Fatalf("the second action %v: want x-request-id as %s", rl.GetActions()[1], grpcapi.DedupIDKey)
+	if h := rl.GetActions()[1].GetRequestHeaders(); h.GetHeaderName() != "x-request-id" || h.GetDescriptorKey() != grpcapi.LeaseIDKey {
+		t.Fatalf("the second action %v: want x-request-id as %s", rl.GetActions()[1], grpcapi.LeaseIDKey)
 	}
 	m := al.GetFilter().GetMetadataFilter().GetMatcher()
 	if m.GetFilter() != grpcapi.RateLimitFilterNamespace || len(m.GetPath()) != 1 || m.GetPath()[0].GetKey() != grpcapi.ReleaseMetadataKey ||

@@ -100,7 +100,7 @@ func TestConcurrencyLimiterWithDefaultSettings(t *testing.T) {
 	}
 	a := d.post(`{"request": {"user": "u"}, "hits": 1}`)
 	if a.status != http.StatusBadRequest || a.Error.Code != "invalid_request" ||
-		!strings.Contains(a.Error.Message, "dedup_id must name the lease") || !strings.Contains(a.Error.Message, "rule inflight") {
+		!strings.Contains(a.Error.Message, "must name the slot") || !strings.Contains(a.Error.Message, "rule inflight") {
 		t.Fatalf("acquire without a lease id: %d %+v", a.status, a.Error)
 	}
 }

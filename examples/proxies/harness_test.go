@@ -208,3 +208,22 @@ func writeExampleConfig(t *testing.T, example, ruled, app string, mustHave ...st
 	}
 	return dir, path, listen
 }
+
+// slotHeldUntilTTL: a forward-auth proxy asks before a request and never
+// says when it ended, so an in-flight slot taken through it (the rule
+// one-slow: one at a time on /slow, ttl 1s, named by the X-Request-Id the
+// example configuration sends) is held until its ttl. A second request
+// right after the first has ended is denied; one after the ttl goes
+// through. Each is a different request id: the proxy sets it, and a
+// client's own is not believed.
+func slotHeldUntilTTL(t *testing.T, c *proxyClient) {
+	t.Helper()
+	resp, body := c.do("GET", "/slow")
+	c.expect(resp, body, 200, nil)
+	end := time.Now().Add(time.Second) // the lease was taken before the answer
+	resp, body = c.do("GET", "/slow")
+	c.expect(resp, body, 429, map[string]string{"Retry-After": "*"})
+	time.Sleep(time.Until(end))
+	resp, body = c.do("GET", "/slow")
+	c.expect(resp, body, 200, nil)
+}

@@ -21,7 +21,7 @@ const nginxRules = `rules:
     plugin: fixedwindow
     config: {limit: 1, window: 1m}
   - name: per-ip
-    when: request.path != "/login" && request.path != "/guarded"
+    when: request.path != "/login" && request.path != "/guarded" && request.path != "/slow"
     subject: request.ip
     plugin: fixedwindow
     config: {limit: 3, window: 1m}
@@ -31,6 +31,11 @@ const nginxRules = `rules:
     plugin: fixedwindow
     config: {limit: 100, window: 1m}
     on_error: deny
+  - name: one-slow
+    when: request.path == "/slow"
+    subject: request.path
+    plugin: concurrency
+    config: {limit: 1, ttl: 1s}
 `
 
 func freeAddr(t *testing.T) string {
@@ -99,6 +104,11 @@ func TestNginxAuthRequest(t *testing.T) {
 		t.Fatalf("the application saw %d requests, want 5", n)
 	}
 
+	slotHeldUntilTTL(t, c)
+	if n := b.reached.Load(); n != 7 {
+		t.Fatalf("the application saw %d requests, want 7", n)
+	}
+
 	// Redis gone: the on_error: deny rule fails closed, and nginx passes
 	// ruled's 503 on.
 	b.redis.Kill()
@@ -108,7 +118,7 @@ func TestNginxAuthRequest(t *testing.T) {
 	b.ruled.Close()
 	resp, body = c.do("GET", "/api/items")
 	c.expect(resp, body, 200, map[string]string{"RateLimit": ""})
-	if n := b.reached.Load(); n != 6 {
-		t.Fatalf("the application saw %d requests, want 6", n)
+	if n := b.reached.Load(); n != 8 {
+		t.Fatalf("the application saw %d requests, want 8", n)
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/ruled-dev/ruled/host"
 )
 
-// In-flight slots through Envoy. A descriptor with a dedup_id entry (Envoy
+// In-flight slots through Envoy. A descriptor with a lease_id entry (Envoy
 // sets it from x-request-id) acquires the slots of the rules it matches
 // whose plugins declare releases. When some are held, the answer carries a
 // release token in its dynamic_metadata (ReleaseMetadataKey), which Envoy's
@@ -64,7 +64,7 @@ const releaseContext = "ruled-release-v1\x00"
 
 // releaseToken is what a release token holds: the domain and, for each
 // descriptor that holds slots, its entries as key, value, key, value...
-// (dedup_id among them).
+// (lease_id among them).
 type releaseToken struct {
 	Domain      string     `json:"d"`
 	Descriptors [][]string `json:"e"`
@@ -147,7 +147,7 @@ func decodeReleaseToken(ctx context.Context, sig Signer, s string) ([]*host.Chec
 			d.Entries = append(d.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: kv[j], Value: kv[j+1]})
 		}
 		cr := &host.CheckRequest{}
-		if err := describe(cr, t.Domain, d); err != nil || cr.DedupID == "" {
+		if err := describe(cr, t.Domain, d); err != nil || cr.LeaseID == "" {
 			return nil, fmt.Errorf("%w: descriptor %d: %v", errBadReleaseToken, i, err)
 		}
 		reqs = append(reqs, cr)

@@ -80,11 +80,11 @@ const MaxDescriptors = 1000
 // RemoteAddressKey is the descriptor entry whose value becomes request.ip.
 const RemoteAddressKey = "remote_address"
 
-// DedupIDKey is the descriptor entry whose value becomes the check's
-// dedup id, the lease id of an in-flight slot (Envoy sets it from
+// LeaseIDKey is the descriptor entry whose value becomes the check's
+// lease id, the name of its in-flight slots (Envoy sets it from
 // x-request-id with a request_headers action). It is not an attr and not
 // one of the descriptor's keys: rules match the descriptor without it.
-const DedupIDKey = "dedup_id"
+const LeaseIDKey = "lease_id"
 
 // DomainAttr is the attrs key that holds the request's domain.
 const DomainAttr = "domain"
@@ -320,18 +320,18 @@ func checkRequests(req *rlsv3.RateLimitRequest) ([]*host.CheckRequest, error) {
 }
 
 // describe fills cr's request from descriptor d of domain: its entries
-// become attrs (remote_address also request.ip; dedup_id the dedup id, and
+// become attrs (remote_address also request.ip; lease_id the lease id, and
 // neither an attr nor a key), with the domain, the entry keys and the
 // limit override.
 func describe(cr *host.CheckRequest, domain string, d *rlcommonv3.RateLimitDescriptor) error {
 	cr.Attrs = make(map[string]string, len(d.GetEntries())+4)
 	for _, e := range d.GetEntries() {
 		switch e.GetKey() {
-		case DedupIDKey:
+		case LeaseIDKey:
 			if err := host.CheckDedupID(e.GetValue()); err != nil {
-				return fmt.Errorf("%s: %w", DedupIDKey, err)
+				return fmt.Errorf("%s: %w", LeaseIDKey, err)
 			}
-			cr.DedupID = e.GetValue()
+			cr.LeaseID = e.GetValue()
 			continue
 		case RemoteAddressKey:
 			cr.Request.IP = e.GetValue()
@@ -360,16 +360,16 @@ type oneCheck struct {
 	req  [1]host.CheckRequest
 }
 
-// entryKeys is the keys of entries but dedup_id joined with commas,
+// entryKeys is the keys of entries but lease_id joined with commas,
 // without a copy for the common single entry.
 func entryKeys(entries []*rlcommonv3.RateLimitDescriptor_Entry) string {
-	if len(entries) == 1 && entries[0].GetKey() != DedupIDKey {
+	if len(entries) == 1 && entries[0].GetKey() != LeaseIDKey {
 		return entries[0].GetKey()
 	}
 	var b strings.Builder
 	first := true
 	for _, e := range entries {
-		if e.GetKey() == DedupIDKey {
+		if e.GetKey() == LeaseIDKey {
 			continue
 		}
 		if !first {

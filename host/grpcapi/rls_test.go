@@ -540,17 +540,17 @@ func (c *recordingChecker) CheckEach(_ context.Context, reqs []*host.CheckReques
 	return out
 }
 
-// TestDedupIDEntry: a descriptor's dedup_id entry is the check's dedup id,
-// neither an attr nor one of the descriptor's keys (rules match the
-// descriptor as if it were not there), and one longer than
+// TestLeaseIDEntry: a descriptor's lease_id entry is the check's lease id,
+// not its dedup id, neither an attr nor one of the descriptor's keys (rules
+// match the descriptor as if it were not there), and one longer than
 // host.MaxDedupID is InvalidArgument.
-func TestDedupIDEntry(t *testing.T) {
+func TestLeaseIDEntry(t *testing.T) {
 	c := &recordingChecker{}
 	svc := grpcapi.NewRateLimitService(c, nil, grpcapi.ServiceOptions{})
 	for _, d := range []*rlcommonv3.RateLimitDescriptor{
-		descriptor("route", "orders", "dedup_id", "req-1"),
-		descriptor("dedup_id", "req-2", "route", "orders", "user", "ann"),
-		descriptor("dedup_id", "req-3"),
+		descriptor("route", "orders", "lease_id", "req-1"),
+		descriptor("lease_id", "req-2", "route", "orders", "user", "ann"),
+		descriptor("lease_id", "req-3"),
 	} {
 		if _, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
 			Descriptors: []*rlcommonv3.RateLimitDescriptor{d}}); err != nil {
@@ -560,13 +560,13 @@ func TestDedupIDEntry(t *testing.T) {
 	want := []struct{ id, keys string }{{"req-1", "route"}, {"req-2", "route,user"}, {"req-3", ""}}
 	for i, w := range want {
 		got := c.reqs[i]
-		if _, ok := got.Attrs["dedup_id"]; got.DedupID != w.id || got.Attrs[grpcapi.KeysAttr] != w.keys || ok {
-			t.Errorf("descriptor %d: dedup id %q, keys %q, attrs %v; want %q, %q and no dedup_id attr", i, got.DedupID, got.Attrs[grpcapi.KeysAttr], got.Attrs, w.id, w.keys)
+		if _, ok := got.Attrs["lease_id"]; got.LeaseID != w.id || got.DedupID != "" || got.Attrs[grpcapi.KeysAttr] != w.keys || ok {
+			t.Errorf("descriptor %d: lease id %q, keys %q, attrs %v; want %q, %q and no lease_id attr", i, got.LeaseID, got.Attrs[grpcapi.KeysAttr], got.Attrs, w.id, w.keys)
 		}
 	}
 	_, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
-		Descriptors: []*rlcommonv3.RateLimitDescriptor{descriptor("route", "orders", "dedup_id", strings.Repeat("x", host.MaxDedupID+1))}})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "dedup_id") {
-		t.Fatalf("a dedup_id of %d bytes: %v, want InvalidArgument naming dedup_id", host.MaxDedupID+1, err)
+		Descriptors: []*rlcommonv3.RateLimitDescriptor{descriptor("route", "orders", "lease_id", strings.Repeat("x", host.MaxDedupID+1))}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "lease_id") {
+		t.Fatalf("a lease_id of %d bytes: %v, want InvalidArgument naming lease_id", host.MaxDedupID+1, err)
 	}
 }

@@ -81,6 +81,11 @@ func (s *Server) authRequest(r *http.Request) *host.CheckRequest {
 	} else {
 		in.Path = uri
 	}
+	// The proxy's request id names the request's in-flight slots (a
+	// proxy that cannot release them leaves them to their ttl).
+	if id := hdr("X-Request-Id"); host.CheckDedupID(id) == nil {
+		req.LeaseID = id
+	}
 	in.Host = firstNonEmpty(hdr("X-Forwarded-Host"), r.Host)
 	in.User = firstNonEmpty(hdr("X-Forwarded-User"), hdr("X-Auth-Request-User"))
 	in.IP = s.clientIP(r, peer, trusted)

@@ -51,7 +51,7 @@ func TestBadInputFromAPluginIs400(t *testing.T) {
 	code, body := post("/v1/check", `{"request": {"user": "u"}}`)
 	if err := json.Unmarshal([]byte(body), &answer); err != nil || code != http.StatusBadRequest ||
 		answer.Error.Code != "invalid_request" || !strings.Contains(answer.Error.Message, "rule inflight (plugin concurrency)") ||
-		!strings.Contains(answer.Error.Message, "dedup_id must name the lease") {
+		!strings.Contains(answer.Error.Message, "must name the slot") {
 		t.Fatalf("check: %d %s", code, body)
 	}
 	code, body = post("/v1/check/batch", `{"checks": [{"request": {"user": "u"}}, {"request": {"user": "u"}, "dedup_id": "a"}]}`)
@@ -74,7 +74,7 @@ func TestBadInputFromAPluginIs400(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "dedup_id must name the lease") {
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "must name the slot") {
 		t.Fatalf("forward-auth: %d %s", resp.StatusCode, b)
 	}
 	// Three refused requests, one admitted: the fixed window counts one.

@@ -25,6 +25,7 @@ type checkBody struct {
 	Attrs      map[string]string `json:"attrs"`
 	Hits       *int64            `json:"hits"`
 	DedupID    string            `json:"dedup_id"`
+	LeaseID    string            `json:"lease_id"`
 	BestEffort bool              `json:"best_effort"`
 }
 
@@ -209,11 +210,15 @@ func (b *checkBody) toRequest() (*host.CheckRequest, *Error) {
 	if e := checkLimits(hits, b.DedupID); e != nil {
 		return nil, e
 	}
+	if err := host.CheckDedupID(b.LeaseID); err != nil {
+		return nil, newBadRequest("invalid_field", "lease_id: %v", err)
+	}
 	req := &host.CheckRequest{
 		Request:    b.Request.toHost(),
 		Attrs:      b.Attrs,
 		Hits:       hits,
 		DedupID:    b.DedupID,
+		LeaseID:    b.LeaseID,
 		BestEffort: b.BestEffort,
 	}
 	return req, nil
@@ -253,7 +258,7 @@ type resultAnswer struct {
 	DelayMS      int64  `json:"delay_ms"`
 	Shadow       bool   `json:"shadow"`
 	Exempt       bool   `json:"exempt,omitempty"`
-	// Held: the rule holds a slot for the dedup_id until POST /v1/release
+	// Held: the rule holds a slot for the lease id until POST /v1/release
 	// frees it or its lease expires (host.RuleResult.Held).
 	Held     bool   `json:"held,omitempty"`
 	Degraded string `json:"degraded"`

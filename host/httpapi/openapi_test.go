@@ -553,7 +553,7 @@ func TestOpenAPIDescribesLiveAnswers(t *testing.T) {
 	// released; a renewal refused when every slot is taken (429) or when
 	// the rule fails closed (503); a release refused without the admin
 	// token under --client-refunds=admin.
-	slot := func(id string) string { return `{"request": {"user": "no-lease"}, "dedup_id": "` + id + `"}` }
+	slot := func(id string) string { return `{"request": {"user": "no-lease"}, "lease_id": "` + id + `"}` }
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/check", body: slot("slot-1"), want: http.StatusOK})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/renew", body: slot("slot-1"), want: http.StatusOK})
 	v.call(t, liveCall{base: up, method: "POST", path: "/v1/release", body: slot("slot-1"), want: http.StatusOK})

@@ -10,7 +10,8 @@ import (
 // Holder releases and renews the slots of in-flight limits, the grants of
 // rules whose plugins declare releases (*host.Engine is one).
 type Holder interface {
-	// Release frees the slots req.DedupID holds in the rules req matches.
+	// Release frees the slots req's lease id holds in the rules req
+	// matches.
 	Release(ctx context.Context, req *host.CheckRequest) host.Result
 	// Renew acquires those slots again.
 	Renew(ctx context.Context, req *host.CheckRequest) host.Result
@@ -24,7 +25,8 @@ type releaseAnswer struct {
 }
 
 // holdRequest reads the body of /v1/release and /v1/renew: a check body
-// with a dedup_id and without hits (each holding rule is asked one hit).
+// with a lease_id (or, without one, a dedup_id: the id the slots were
+// acquired with) and without hits (each holding rule is asked one hit).
 func holdRequest(w http.ResponseWriter, r *http.Request) (*host.CheckRequest, *Error) {
 	var body checkBody
 	if e := decodeJSON(w, r, &body); e != nil {
@@ -33,14 +35,14 @@ func holdRequest(w http.ResponseWriter, r *http.Request) (*host.CheckRequest, *E
 	if body.Hits != nil {
 		return nil, newBadRequest("invalid_field", "hits: %s takes none; each rule holding a slot is asked one", r.URL.Path)
 	}
-	if body.DedupID == "" {
-		return nil, newBadRequest("invalid_field", "dedup_id: required: the id the slot was acquired with")
+	if body.LeaseID == "" && body.DedupID == "" {
+		return nil, newBadRequest("invalid_field", "lease_id: required: the id the slots were acquired with")
 	}
 	return body.toRequest()
 }
 
-// handleRelease frees the slots a dedup_id holds: {"request", "attrs",
-// "dedup_id"} → 200 {"released", "results"}, the results of the rules
+// handleRelease frees the slots a lease id holds: {"request", "attrs",
+// "lease_id"} → 200 {"released", "results"}, the results of the rules
 // whose plugins hold slots (no other rule is asked). A release gives
 // quota back, so it follows the refund policy (403 refunds_refused).
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
@@ -66,7 +68,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a)
 }
 
-// handleRenew acquires again the slots a dedup_id holds, for a request
+// handleRenew acquires again the slots a lease id holds, for a request
 // that runs longer than their leases last: the body is /v1/release's, the
 // answer a check's (200, 429 when a slot could not be kept, 503 when a
 // rule failed closed) with the results of the rules that hold slots.

@@ -108,7 +108,7 @@ func conform(t *testing.T, p sdk.Algorithm) {
 	}
 	_, err := p.Decide(context.Background(), pr.Host("process", "s"), pc, sdk.Request{Subject: "s", Hits: 1})
 	var bad *sdk.BadRequestError
-	if !errors.As(err, &bad) || !strings.Contains(bad.Message, "dedup_id must name the lease") {
+	if !errors.As(err, &bad) || !strings.Contains(bad.Message, "must name the slot") {
 		t.Fatalf("acquire without a lease id: %v, want a BadRequestError", err)
 	}
 }

@@ -97,7 +97,7 @@ func checkRequest(r *sdk.Request) error {
 		return sdk.BadRequest("concurrency: hits must be 1 (acquire), -1 (release) or 0 (peek), got %d", r.Hits)
 	}
 	if r.Hits != 0 && r.DedupID == "" {
-		return sdk.BadRequest("concurrency: dedup_id must name the lease to acquire or release")
+		return sdk.BadRequest("concurrency: a lease id (the check's lease_id, or its dedup_id) must name the slot to acquire or release")
 	}
 	return nil
 }
