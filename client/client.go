@@ -131,8 +131,9 @@ func (c *Client) Check(ctx context.Context, req CheckRequest) (*Answer, error) {
 // Acquire is Check that waits up to wait for permission (POST
 // /v1/acquire): ruled retries a denied request after its retry-after while
 // that fits in the wait, and answers an admitted request with a shaping
-// delay once the delay has passed. The answer is the last decision; the
-// call's time-out is the client's plus wait.
+// delay once the delay has passed. With a LeaseID, a request an in-flight
+// limit denies waits in its line, first come, first served. The answer is
+// the last decision; the call's time-out is the client's plus wait.
 func (c *Client) Acquire(ctx context.Context, req CheckRequest, wait time.Duration) (*Answer, error) {
 	b := req.body()
 	timeoutMS := max(wait, 0).Milliseconds()

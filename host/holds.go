@@ -55,7 +55,7 @@ func (e *Engine) holding(ctx context.Context, req *CheckRequest, hits int64) Res
 	in := rules.Input{Request: req.Request, Attrs: req.Attrs}
 	sels := g.set.AppendMatch(nil, &in)
 	one := *req
-	one.Hits, one.BestEffort, one.LeaseID = hits, false, id
+	one.Hits, one.BestEffort, one.LeaseID, one.Queue = hits, false, id, false
 	for i := range sels {
 		sel := &sels[i]
 		if !sel.Rule.Traits.Releases || sel.Rule.Exempt {

@@ -129,7 +129,7 @@ func decideRule(ctx context.Context, d ruleDecider, b budget, mode loopMode, sel
 		rr.Allowed, rr.Exempt = true, true
 		return
 	}
-	r := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.dedupFor(rule), BestEffort: req.BestEffort, Attrs: req.Attrs}
+	r := sdk.Request{Subject: sel.Subject, Hits: req.Hits, DedupID: req.dedupFor(rule), BestEffort: req.BestEffort, Attrs: req.Attrs, Queue: req.Queue}
 	if sel.Err != nil {
 		degrade(d, mode, rr, *sel, r, sel.Err)
 		return

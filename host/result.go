@@ -61,6 +61,9 @@ type CheckRequest struct {
 	// it). Release and Renew name the slots by it.
 	LeaseID    string
 	BestEffort bool
+	// Queue says the request waits in line for its slots (sdk.Request.Queue):
+	// /v1/acquire with a lease id sets it, and asks again until served.
+	Queue bool
 }
 
 // dedupFor is the dedup id rule is asked with: LeaseID for a rule whose

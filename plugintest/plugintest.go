@@ -134,6 +134,7 @@ type StepOptions struct {
 	MinHits    int64         // may be 0 (peek) or negative (refund)
 	Dedup      float64       // probability of a dedup id drawn from a small set
 	BestEffort float64       // probability of best_effort
+	Queue      float64       // probability of queue (waiting in line)
 }
 
 // RandomSteps draws n steps.
@@ -163,6 +164,7 @@ func RandomSteps(rng *rand.Rand, n int, o StepOptions) []Step {
 			s.Req.DedupID = fmt.Sprintf("d%d", rng.IntN(8))
 		}
 		s.Req.BestEffort = rng.Float64() < o.BestEffort
+		s.Req.Queue = rng.Float64() < o.Queue
 		steps[i] = s
 	}
 	return steps

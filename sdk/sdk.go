@@ -177,6 +177,11 @@ type Request struct {
 	BestEffort bool
 	// Attrs are free-form request attributes the rule passes through.
 	Attrs map[string]string
+	// Queue says the request waits in line for its grant, asking again
+	// until it is served or gives up (POST /v1/acquire with a lease id):
+	// a plugin that keeps a line (the concurrency limiter) places it there
+	// and serves the line in order; others ignore it.
+	Queue bool
 }
 
 // Decision is a plugin's answer.

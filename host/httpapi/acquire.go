@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -16,11 +17,22 @@ type acquireBody struct {
 	TimeoutMS int64 `json:"timeout_ms"`
 }
 
+// AcquireSlotPoll is how often /v1/acquire asks again for a request that
+// waits for an in-flight slot: a release can free one at any moment, which
+// no retry-after foretells.
+const AcquireSlotPoll = 20 * time.Millisecond
+
 // handleAcquire waits up to timeout_ms for permission: a denied check is
 // retried after its retry-after while that fits in the time left, and an
 // admitted request with a shaping delay is answered when it may leave.
 // A denied check consumes nothing, so waiting costs no quota. When the
 // client goes away the wait ends and nothing more is consumed.
+//
+// A request with a lease id waits in line for in-flight slots
+// (host.CheckRequest.Queue): each check keeps its place, slots go to the
+// line in order of arrival, and it asks again every AcquireSlotPoll (or at
+// the wait's end) while a slot rule denies it. One that gives up leaves the
+// line at once.
 func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	var body acquireBody
 	if e := decodeJSON(w, r, &body); e != nil {
@@ -36,17 +48,29 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	req.Queue = req.LeaseID != "" || req.DedupID != ""
 	ctx := r.Context()
 	deadline := time.Now().Add(time.Duration(body.TimeoutMS) * time.Millisecond)
 	for {
 		res := s.check.Check(ctx, req)
 		wait := res.RetryAfter
-		if res.Allowed {
+		slot := false
+		switch {
+		case res.Allowed:
 			wait = maxDelay(&res)
+		case slotDenied(&res):
+			// Ask again soon, and once more at the end of the wait.
+			slot, wait = true, AcquireSlotPoll
+			if wait = min(wait, time.Until(deadline)); res.RetryAfter > 0 {
+				wait = min(wait, res.RetryAfter)
+			}
 		}
 		// Answer now when there is nothing to wait for, or when the wait
 		// does not fit: a denial as is, an admission with its delay_ms.
-		if wait <= 0 || res.FailClosed || res.BadRequest != nil || time.Now().Add(wait).After(deadline) {
+		if wait <= 0 || res.FailClosed || res.BadRequest != nil || (!slot && time.Now().Add(wait).After(deadline)) {
+			if !res.Allowed {
+				s.leaveLine(ctx, req)
+			}
 			s.respondCheck(w, &res)
 			return
 		}
@@ -54,6 +78,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			s.leaveLine(ctx, req)
 			return
 		case <-t.C:
 		}
@@ -65,6 +90,26 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// slotDenied reports whether an enforcing rule that holds slots denied res.
+func slotDenied(res *host.Result) bool {
+	for i := range res.Results {
+		if rr := &res.Results[i]; rr.Releases && !rr.Allowed && !rr.Shadow {
+			return true
+		}
+	}
+	return false
+}
+
+// leaveLine takes a request that stops waiting out of the line of every
+// slot rule, at once rather than when its place lapses (host's release of
+// its lease id: denied, it holds no slot). Without a Holder it lapses.
+func (s *Server) leaveLine(ctx context.Context, req *host.CheckRequest) {
+	if !req.Queue || s.holds == nil {
+		return
+	}
+	s.holds.Release(context.WithoutCancel(ctx), req)
 }
 
 // maxDelay is the longest shaping delay of the enforcing rules of res.

@@ -13,7 +13,14 @@
 //     that expired, frees nothing (granted is -1 the first time, then 0).
 //   - A lease expires ttl after it was taken or last renewed, so a client
 //     that crashed cannot hold a slot for longer.
-//   - hits: 0 peeks: allowed while a slot is free.
+//   - hits: 0 peeks: allowed while a slot is free for a newcomer.
+//   - A request that waits (sdk.Request.Queue: POST /v1/acquire) and is
+//     denied takes a place in the subject's line, in order of arrival, and
+//     keeps it while it asks again within LineTTL. Free slots go to the
+//     line first, in order: an acquire is granted only while fewer waiters
+//     are ahead of it than slots are free (a newcomer, or any request that
+//     does not wait, is behind every waiter). A release by a waiter's id
+//     takes it out of the line.
 //
 // remaining is the number of free slots, reset the time until every lease
 // held now has expired, and retry_after of a denial the time until the
@@ -64,7 +71,7 @@ func (Plugin) Info() sdk.Info {
 	return sdk.Info{Name: Name, Version: "1.0.0", Scripts: []sdk.Script{{
 		Name:     "lease",
 		Source:   script,
-		Commands: []string{"ZREMRANGEBYSCORE", "ZCARD", "ZSCORE", "ZADD", "ZREM", "ZRANGE", "PEXPIRE"},
+		Commands: []string{"ZREMRANGEBYSCORE", "ZRANGEBYSCORE", "ZCARD", "ZSCORE", "ZRANK", "ZADD", "ZREM", "ZRANGE", "PEXPIRE"},
 		Returns:  sdk.DecisionShape,
 	}},
 		// A release frees a slot at any moment, so a denial is not firm,
@@ -120,10 +127,20 @@ func (Plugin) Start(_ context.Context, cfg sdk.Config, r sdk.Request) (sdk.Step,
 	if err := checkRequest(&r); err != nil {
 		return sdk.Step{}, err
 	}
-	return sdk.Run("lease", leaseKeys, c.Limit, c.TTL.Microseconds(), r.Hits, r.DedupID).ThenDecide(c.TTL), nil
+	queue := 0
+	if r.Queue {
+		queue = 1
+	}
+	return sdk.Run("lease", leaseKeys, c.Limit, c.TTL.Microseconds(), r.Hits, r.DedupID, queue, LineTTL.Microseconds()).ThenDecide(c.TTL), nil
 }
 
-// leaseKeys are the lease script's keys: the subject's sorted set.
-var leaseKeys = []string{"leases"}
+// LineTTL is how long a request waiting in line (sdk.Request.Queue) keeps
+// its place without asking again: a waiter that went away leaves the line
+// by then.
+const LineTTL = time.Second
+
+// leaseKeys are the lease script's keys: the subject's leases, its line
+// and the line's deadlines.
+var leaseKeys = []string{"leases", "line", "waits"}
 
 var _ sdk.Stepper = Plugin{}

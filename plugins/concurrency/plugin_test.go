@@ -21,11 +21,12 @@ import (
 
 func model(c sdk.Config) sdk.LocalLimiter { return concurrency.NewModel(c.(concurrency.Config)) }
 
-// randomSteps draws acquires, peeks and releases of a few lease ids.
+// randomSteps draws acquires (half of them waiting in line), peeks and
+// releases of a few lease ids.
 func randomSteps(seed uint64, n int) []plugintest.Step {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	return plugintest.RandomSteps(rng, n, plugintest.StepOptions{Subjects: 2, MaxAdvance: 120 * time.Millisecond,
-		MinHits: -1, MaxHits: 1, Dedup: 1})
+		MinHits: -1, MaxHits: 1, Dedup: 1, Queue: 0.5})
 }
 
 func TestConfigure(t *testing.T) {

@@ -201,7 +201,7 @@ func TestRequestFieldsCrossOnlyInTemplates(t *testing.T) {
 
 func TestDecideRequestRoundTripAndSchema(t *testing.T) {
 	m := abi.DecideRequest{ConfigID: 7, Request: sdk.Request{
-		Subject: "\xff\x00bytes", Hits: -3, DedupID: "d-1", BestEffort: true,
+		Subject: "\xff\x00bytes", Hits: -3, DedupID: "d-1", BestEffort: true, Queue: true,
 		Attrs: map[string]string{"tenant": "acme", "tier": ""},
 	}}
 	b := m.Append(nil)
@@ -214,7 +214,7 @@ func TestDecideRequestRoundTripAndSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	if pb.ConfigId != 7 || string(pb.Subject) != "\xff\x00bytes" || pb.Hits != -3 || string(pb.DedupId) != "d-1" ||
-		!pb.BestEffort || pb.Attrs["tenant"] != "acme" {
+		!pb.BestEffort || !pb.Queue || pb.Attrs["tenant"] != "acme" {
 		t.Fatalf("generated code reads %v", &pb)
 	}
 	// The zero request is empty on the wire and decodes with nil attrs.
@@ -554,7 +554,7 @@ func TestDecodingAnIntegerReplyAllocatesOnlyTheArray(t *testing.T) {
 // decodes to the same value.
 func FuzzDecodersAgreeWithProtobuf(f *testing.F) {
 	f.Add((&abi.DecideRequest{ConfigID: 300, Request: sdk.Request{Subject: "s", Hits: -5, DedupID: "d",
-		BestEffort: true, Attrs: map[string]string{"a": "b"}}}).Append(nil))
+		BestEffort: true, Queue: true, Attrs: map[string]string{"a": "b"}}}).Append(nil))
 	f.Add(abi.AppendReply(nil, sdk.IntsReply(1, 1, 1<<40, -3, 200)))
 	f.Add(abi.AppendReply(nil, sdk.NewReply([]any{int64(1), "x", []any{nil, int64(-1)}})))
 	f.Add(abi.AppendReply(nil, sdk.StringReply(strings.Repeat("y", 200))))
@@ -624,7 +624,7 @@ func replyOf(r *abipb.Reply) sdk.Reply {
 func TestStepMessagesRoundTripAndSchema(t *testing.T) {
 	// The first step is a DecideRequest: a module without ruled_step
 	// would read it as one.
-	first := abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: 3, Request: sdk.Request{Subject: "s", Hits: 2}}}
+	first := abi.StepRequest{DecideRequest: abi.DecideRequest{ConfigID: 3, Request: sdk.Request{Subject: "s", Hits: 2, Queue: true}}}
 	var dr abi.DecideRequest
 	if err := dr.Decode(first.Append(nil)); err != nil || !reflect.DeepEqual(dr, first.DecideRequest) {
 		t.Fatalf("as a DecideRequest: %+v, %v", dr, err)
@@ -634,12 +634,12 @@ func TestStepMessagesRoundTripAndSchema(t *testing.T) {
 	resume.Reply = sdk.IntsReply(1, 2, 3)
 	var got abi.StepRequest
 	if err := got.Decode(resume.Append(nil)); err != nil || !got.Resume || got.Script != "decide" ||
-		!reflect.DeepEqual(got.State, []byte{1, 2}) || !got.Reply.Equal(resume.Reply) || got.ConfigID != 3 || got.Request.Hits != 2 {
+		!reflect.DeepEqual(got.State, []byte{1, 2}) || !got.Reply.Equal(resume.Reply) || got.ConfigID != 3 || got.Request.Hits != 2 || !got.Request.Queue {
 		t.Fatalf("resume round trip: %+v, %v", got, err)
 	}
 	var pbReq abipb.StepRequest
 	if err := proto.Unmarshal(resume.Append(nil), &pbReq); err != nil || !pbReq.Resume || pbReq.Script != "decide" ||
-		len(pbReq.Reply.GetArrayValue().GetElems()) != 3 || pbReq.ConfigId != 3 {
+		len(pbReq.Reply.GetArrayValue().GetElems()) != 3 || pbReq.ConfigId != 3 || !pbReq.Queue {
 		t.Fatalf("generated code reads %v, %v", &pbReq, err)
 	}
 

@@ -276,6 +276,7 @@ func (m *DecideRequest) Append(b []byte) []byte {
 	b = appendSint(b, 3, r.Hits)
 	b = appendString(b, 4, r.DedupID)
 	b = appendBool(b, 5, r.BestEffort)
+	b = appendBool(b, 11, r.Queue)
 	for k, v := range r.Attrs {
 		var mark int
 		b, mark = beginNested(b, 6)
@@ -307,6 +308,8 @@ func (m *DecideRequest) Decode(b []byte) error {
 			r.DedupID = string(f.bytes)
 		case f.num == 5 && f.isVarint():
 			r.BestEffort = f.u != 0
+		case f.num == 11 && f.isVarint():
+			r.Queue = f.u != 0
 		case f.num == 6 && f.isBytes():
 			k, v, err := decodeStringPair(f.bytes)
 			if err != nil {

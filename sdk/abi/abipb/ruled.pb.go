@@ -822,13 +822,16 @@ func (x *ConfigureResponse) GetTemplate() *StepResponse {
 // DecideRequest is the argument of ruled_decide: one request for one subject
 // under a config the guest was given earlier.
 type DecideRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ConfigId      uint64                 `protobuf:"varint,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
-	Subject       []byte                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
-	Hits          int64                  `protobuf:"zigzag64,3,opt,name=hits,proto3" json:"hits,omitempty"`
-	DedupId       []byte                 `protobuf:"bytes,4,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
-	BestEffort    bool                   `protobuf:"varint,5,opt,name=best_effort,json=bestEffort,proto3" json:"best_effort,omitempty"`
-	Attrs         map[string]string      `protobuf:"bytes,6,rep,name=attrs,proto3" json:"attrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ConfigId   uint64                 `protobuf:"varint,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	Subject    []byte                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	Hits       int64                  `protobuf:"zigzag64,3,opt,name=hits,proto3" json:"hits,omitempty"`
+	DedupId    []byte                 `protobuf:"bytes,4,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
+	BestEffort bool                   `protobuf:"varint,5,opt,name=best_effort,json=bestEffort,proto3" json:"best_effort,omitempty"`
+	Attrs      map[string]string      `protobuf:"bytes,6,rep,name=attrs,proto3" json:"attrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// queue: the request waits in line for its grant (sdk.Request.Queue).
+	// Field 11, as in StepRequest, whose 7 to 10 are its own.
+	Queue         bool `protobuf:"varint,11,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -903,6 +906,13 @@ func (x *DecideRequest) GetAttrs() map[string]string {
 		return x.Attrs
 	}
 	return nil
+}
+
+func (x *DecideRequest) GetQueue() bool {
+	if x != nil {
+		return x.Queue
+	}
+	return false
 }
 
 // Decision is a plugin's answer (sdk.Decision).
@@ -1367,7 +1377,7 @@ func (x *Error) GetMessage() string {
 }
 
 // StepRequest is the argument of ruled_step (an ABI v1 addition). Fields 1
-// to 6 are DecideRequest's. The first step of a decision has resume false
+// to 6 and 11 are DecideRequest's. The first step of a decision has resume false
 // and asks the plugin to start; each later one carries the step the plugin
 // returned and the reply of its call.
 type StepRequest struct {
@@ -1386,6 +1396,7 @@ type StepRequest struct {
 	// reply is the reply of the resumed step's call, with the script's
 	// declared shape when it declares one.
 	Reply         *Reply `protobuf:"bytes,10,opt,name=reply,proto3" json:"reply,omitempty"`
+	Queue         bool   `protobuf:"varint,11,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1488,6 +1499,13 @@ func (x *StepRequest) GetReply() *Reply {
 		return x.Reply
 	}
 	return nil
+}
+
+func (x *StepRequest) GetQueue() bool {
+	if x != nil {
+		return x.Queue
+	}
+	return false
 }
 
 // StepResponse is the answer to ruled_step. Fields 1 to 3 are
@@ -1649,7 +1667,7 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\x06config\x18\x02 \x01(\v2\x16.ruled.abi.v1.ValueMapR\x06config\"c\n" +
 	"\x11ConfigureResponse\x12\x16\n" +
 	"\x06errors\x18\x01 \x03(\tR\x06errors\x126\n" +
-	"\btemplate\x18\x02 \x01(\v2\x1a.ruled.abi.v1.StepResponseR\btemplate\"\x8e\x02\n" +
+	"\btemplate\x18\x02 \x01(\v2\x1a.ruled.abi.v1.StepResponseR\btemplate\"\xa4\x02\n" +
 	"\rDecideRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\x04R\bconfigId\x12\x18\n" +
 	"\asubject\x18\x02 \x01(\fR\asubject\x12\x12\n" +
@@ -1657,7 +1675,8 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\bdedup_id\x18\x04 \x01(\fR\adedupId\x12\x1f\n" +
 	"\vbest_effort\x18\x05 \x01(\bR\n" +
 	"bestEffort\x12<\n" +
-	"\x05attrs\x18\x06 \x03(\v2&.ruled.abi.v1.DecideRequest.AttrsEntryR\x05attrs\x1a8\n" +
+	"\x05attrs\x18\x06 \x03(\v2&.ruled.abi.v1.DecideRequest.AttrsEntryR\x05attrs\x12\x14\n" +
+	"\x05queue\x18\v \x01(\bR\x05queue\x1a8\n" +
 	"\n" +
 	"AttrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -1694,7 +1713,7 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\x05elems\x18\x01 \x03(\v2\x13.ruled.abi.v1.ReplyR\x05elems\"7\n" +
 	"\x05Error\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xfb\x02\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x91\x03\n" +
 	"\vStepRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\x04R\bconfigId\x12\x18\n" +
 	"\asubject\x18\x02 \x01(\fR\asubject\x12\x12\n" +
@@ -1707,7 +1726,8 @@ const file_sdk_abi_ruled_proto_rawDesc = "" +
 	"\x06script\x18\b \x01(\tR\x06script\x12\x14\n" +
 	"\x05state\x18\t \x01(\fR\x05state\x12)\n" +
 	"\x05reply\x18\n" +
-	" \x01(\v2\x13.ruled.abi.v1.ReplyR\x05reply\x1a8\n" +
+	" \x01(\v2\x13.ruled.abi.v1.ReplyR\x05reply\x12\x14\n" +
+	"\x05queue\x18\v \x01(\bR\x05queue\x1a8\n" +
 	"\n" +
 	"AttrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

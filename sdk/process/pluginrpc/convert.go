@@ -119,7 +119,7 @@ func ConfigErrors(err error, out []string) []string {
 
 // RequestToPB converts a request to decide under config id.
 func RequestToPB(id uint64, r *sdk.Request) *abipb.DecideRequest {
-	m := &abipb.DecideRequest{ConfigId: id, Subject: []byte(r.Subject), Hits: r.Hits, BestEffort: r.BestEffort, Attrs: r.Attrs}
+	m := &abipb.DecideRequest{ConfigId: id, Subject: []byte(r.Subject), Hits: r.Hits, BestEffort: r.BestEffort, Attrs: r.Attrs, Queue: r.Queue}
 	if r.DedupID != "" {
 		m.DedupId = []byte(r.DedupID)
 	}
@@ -129,7 +129,7 @@ func RequestToPB(id uint64, r *sdk.Request) *abipb.DecideRequest {
 // RequestFromPB converts a DecideRequest message.
 func RequestFromPB(m *abipb.DecideRequest) sdk.Request {
 	return sdk.Request{Subject: string(m.GetSubject()), Hits: m.GetHits(), DedupID: string(m.GetDedupId()),
-		BestEffort: m.GetBestEffort(), Attrs: m.GetAttrs()}
+		BestEffort: m.GetBestEffort(), Attrs: m.GetAttrs(), Queue: m.GetQueue()}
 }
 
 // DecisionToPB converts a decision; durations cross in whole microseconds,

@@ -116,7 +116,7 @@ func TestConfigureRoundTrip(t *testing.T) {
 }
 
 func TestRequestsDecisionsAndInfo(t *testing.T) {
-	r := sdk.Request{Subject: "s\x00ubject", Hits: -2, DedupID: "d", BestEffort: true, Attrs: map[string]string{"a": "b"}}
+	r := sdk.Request{Subject: "s\x00ubject", Hits: -2, DedupID: "d", BestEffort: true, Queue: true, Attrs: map[string]string{"a": "b"}}
 	if got := RequestFromPB(RequestToPB(4, &r)); !reflect.DeepEqual(got, r) {
 		t.Errorf("request %+v", got)
 	}
