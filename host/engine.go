@@ -89,6 +89,7 @@ type Engine struct {
 
 	obs         Observer
 	subjectObs  SubjectObserver // obs, when it listens per subject
+	slotObs     SlotObserver    // obs, when it listens to releases and renewals
 	deny        *local.DenyCache
 	local       *local.Limiters
 	localInUse  atomic.Bool   // local limiters decided since Redis last answered
@@ -148,6 +149,7 @@ func NewEngine(o Options) (*Engine, error) {
 		e.obs = nopObserver{}
 	}
 	e.subjectObs, _ = e.obs.(SubjectObserver)
+	e.slotObs, _ = e.obs.(SlotObserver)
 	e.timeout, e.noShortcuts, e.tracer = o.DecisionTimeout, o.NoShortcuts, o.Tracer
 	if e.timeout <= 0 {
 		e.timeout = DecisionTimeoutCalls * o.Capability.Timeout()

@@ -9,6 +9,24 @@ import (
 	"github.com/ruled-dev/ruled/rules"
 )
 
+// SlotEvent is what a release or a renewal did to one rule's slot.
+type SlotEvent string
+
+// SlotEvents.
+const (
+	SlotReleased SlotEvent = "released" // a release freed the slot
+	SlotNotHeld  SlotEvent = "not_held" // a release found none (released before, expired, never taken)
+	SlotRenewed  SlotEvent = "renewed"  // a renewal kept the slot, or took it again
+	SlotLost     SlotEvent = "lost"     // a renewal was refused: the lease had expired and the slot was taken
+	SlotFailed   SlotEvent = "failed"   // the plugin failed: the rule's on_error decided
+)
+
+// SlotObserver, when the engine's Observer implements it too, is told what
+// each release and renewal did, per rule.
+type SlotObserver interface {
+	Slot(rule string, event SlotEvent)
+}
+
 // ErrNoLeaseID is the error of a release or a renewal without the id the
 // slots were acquired with.
 var ErrNoLeaseID = errors.New("lease_id: a release or a renewal needs the lease id (or dedup id) the slots were acquired with")
@@ -64,6 +82,9 @@ func (e *Engine) holding(ctx context.Context, req *CheckRequest, hits int64) Res
 		res.Results = append(res.Results, RuleResult{})
 		rr := &res.Results[len(res.Results)-1]
 		decideRule(ctx, g, b, checkMode, sel, &one, rr)
+		if e.slotObs != nil && !rr.badRequest() && !rr.cancelled {
+			e.slotObs.Slot(rr.Rule, slotEvent(rr, hits))
+		}
 		switch {
 		case rr.badRequest():
 			res.Allowed = false
@@ -77,4 +98,19 @@ func (e *Engine) holding(ctx context.Context, req *CheckRequest, hits int64) Res
 		}
 	}
 	return res
+}
+
+// slotEvent is what rr, a release (hits < 0) or a renewal, did.
+func slotEvent(rr *RuleResult, hits int64) SlotEvent {
+	switch {
+	case rr.Err != nil:
+		return SlotFailed
+	case hits < 0 && rr.Granted < 0:
+		return SlotReleased
+	case hits < 0:
+		return SlotNotHeld
+	case rr.Allowed:
+		return SlotRenewed
+	}
+	return SlotLost
 }

@@ -108,6 +108,7 @@ type Metrics struct {
 	decisions   *prometheus.CounterVec
 	denyCache   *prometheus.CounterVec
 	leaseUnits  *prometheus.CounterVec
+	slots       *prometheus.CounterVec
 	subjects    *prometheus.CounterVec
 	checkDur    prometheus.Histogram
 	redisDur    *prometheus.HistogramVec
@@ -182,6 +183,10 @@ func New(o Options) *Metrics {
 			Name: "ruled_client_lease_units_total",
 			Help: "Units of client leases (POST /v1/lease) by rule and event: taken, returned unused, late (a return refused near the lease's deadline; its units stay counted).",
 		}, []string{"rule", "event"}),
+		slots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ruled_slot_events_total",
+			Help: "Releases and renewals of in-flight slots (POST /v1/release, /v1/renew, Envoy's access log) by rule and event: released, not_held (a release found none held), renewed, lost (a renewal refused: the lease had expired and the slot was taken), failed (the plugin failed).",
+		}, []string{"rule", "event"}),
 		subjects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ruled_subject_decisions_total",
 			Help: "Decisions of rules with detailed_metric: true, by rule, subject and outcome. At most MaxSubjectSeries rule and subject pairs are kept; later subjects count under subject=\"_other\".",
@@ -253,7 +258,7 @@ func New(o Options) *Metrics {
 		Help:        "Always 1; the labels say which ruled build is running.",
 		ConstLabels: prometheus.Labels{"version": o.Version, "goversion": runtime.Version()},
 	}, func() float64 { return 1 })
-	m.reg.MustRegister(m.decisions, m.denyCache, m.leaseUnits, m.subjects, m.checkDur, m.redisDur, m.redisErrs, m.pluginErrs,
+	m.reg.MustRegister(m.decisions, m.denyCache, m.leaseUnits, m.slots, m.subjects, m.checkDur, m.redisDur, m.redisErrs, m.pluginErrs,
 		m.redisUp, m.nodeDur, m.nodeErrs, &nodeCollector{m: m}, m.reloads, m.rulesLoaded, m.lastReload, m.pools, instances, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -433,6 +438,11 @@ func (m *Metrics) newSubject(rm *ruleMetrics, subject string) *subjectCounters {
 // LeaseUnits implements host.LeaseObserver.
 func (m *Metrics) LeaseUnits(rule string, event host.LeaseEvent, units int64) {
 	m.leaseUnits.WithLabelValues(rule, string(event)).Add(float64(units))
+}
+
+// Slot implements host.SlotObserver.
+func (m *Metrics) Slot(rule string, event host.SlotEvent) {
+	m.slots.WithLabelValues(rule, string(event)).Inc()
 }
 
 // Check implements host.Observer.

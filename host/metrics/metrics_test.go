@@ -445,3 +445,31 @@ func BenchmarkRedisCall(b *testing.B) {
 		m.RedisCall("fixedwindow", "decide", "127.0.0.1:6379", time.Millisecond, nil)
 	}
 }
+
+// TestSlotEvents: each release and renewal is counted per rule by what it
+// did to the slot.
+func TestSlotEvents(t *testing.T) {
+	r := newRig(t)
+	path := filepath.Join(t.TempDir(), "slots.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  - name: one\n    subject: request.ip\n    plugin: concurrency\n    config: {limit: 1, ttl: 1h}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.e.Load(context.Background(), path); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	slot := func(id string) *host.CheckRequest {
+		return &host.CheckRequest{Request: host.Request{IP: subject}, Hits: 1, LeaseID: id}
+	}
+	if res := r.e.Check(ctx, slot("a")); !res.Allowed {
+		t.Fatalf("acquire: %+v", res)
+	}
+	r.e.Release(ctx, slot("a")) // released
+	r.e.Release(ctx, slot("a")) // not_held
+	r.e.Renew(ctx, slot("a"))   // renewed: the slot was free
+	r.e.Renew(ctx, slot("b"))   // lost: a holds it
+	_, samples := r.scrape(t)
+	for event, n := range map[string]float64{"released": 1, "not_held": 1, "renewed": 1, "lost": 1} {
+		want(t, samples, `ruled_slot_events_total{event="`+event+`",rule="one"}`, n)
+	}
+}
