@@ -96,6 +96,15 @@ type upstream struct {
 	most atomic.Int64 // the most at once
 }
 
+// enter counts a request in; leave counts it out.
+func (u *upstream) enter() {
+	n := u.now.Add(1)
+	for m := u.most.Load(); n > m && !u.most.CompareAndSwap(m, n); m = u.most.Load() {
+	}
+}
+
+func (u *upstream) leave() { u.now.Add(-1) }
+
 // inflightApp serves up behind the Go middleware (InFlight, failing
 // closed) asking ruled at ruledBase; its handler runs hold while counted.
 func inflightApp(t *testing.T, ruledBase string, renewEvery time.Duration, up *upstream, hold func()) *httptest.Server {
@@ -105,11 +114,9 @@ func inflightApp(t *testing.T, ruledBase string, renewEvery time.Duration, up *u
 		OnError: func(r *http.Request, err error) { t.Errorf("%s %s: %v", r.Method, r.URL.Path, err) },
 	})
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-		n := up.now.Add(1)
-		for m := up.most.Load(); n > m && !up.most.CompareAndSwap(m, n); m = up.most.Load() {
-		}
+		up.enter()
+		defer up.leave()
 		hold()
-		up.now.Add(-1)
 	})))
 	t.Cleanup(srv.Close)
 	return srv
@@ -407,11 +414,9 @@ func TestInFlightThroughEnvoysServices(t *testing.T) {
 						t.Errorf("%s admitted without a release token: %v", id, md)
 						return
 					}
-					n := up.now.Add(1)
-					for m := up.most.Load(); n > m && !up.most.CompareAndSwap(m, n); m = up.most.Load() {
-					}
+					up.enter()
 					time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
-					up.now.Add(-1)
+					up.leave()
 					e.logDone(t, id, md)
 				}
 			})
@@ -496,17 +501,7 @@ func mustB64(t *testing.T, s string) string {
 // sent as lease_id, and a gRPC access log of the requests whose rate limit
 // metadata has a release token.
 func TestInFlightEnvoyConfigInTheDocsIsValid(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(doc)
-	start := strings.Index(text, "```yaml\nrate_limits:")
-	if start < 0 {
-		t.Fatal("docs/envoy.md: no in-flight block")
-	}
-	block := text[start+len("```yaml\n"):]
-	block = block[:strings.Index(block, "```")]
+	block := docYAMLBlock(t, "envoy.md", "rate_limits:")
 	var top struct {
 		RateLimits []map[string]any `yaml:"rate_limits"`
 		AccessLog  []map[string]any `yaml:"access_log"`
@@ -549,4 +544,20 @@ func TestInFlightEnvoyConfigInTheDocsIsValid(t *testing.T) {
 	if cfg.GetCommonConfig().GetGrpcService().GetEnvoyGrpc().GetClusterName() == "" {
 		t.Fatal("the access log names no cluster")
 	}
+}
+
+// docYAMLBlock is the text of the YAML block of docs/<doc> that starts
+// with opening.
+func docYAMLBlock(t *testing.T, doc, opening string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(b), "```yaml\n"+opening)
+	end := strings.Index(block, "```")
+	if !ok || end < 0 {
+		t.Fatalf("docs/%s: no YAML block starting with %q", doc, opening)
+	}
+	return opening + block[:end]
 }

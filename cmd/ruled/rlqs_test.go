@@ -583,17 +583,7 @@ func TestRLQSClientMovesToAnotherInstance(t *testing.T) {
 // validation rules, and its bucket settings name the domain and the bucket
 // id the text says.
 func TestRLQSEnvoyConfigInTheDocsIsValid(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(doc)
-	start := strings.Index(text, "```yaml\nhttp_filters:\n- name: envoy.filters.http.rate_limit_quota\n")
-	if start < 0 {
-		t.Fatal("docs/envoy.md: no rate_limit_quota filter block")
-	}
-	block := text[start+len("```yaml\n"):]
-	block = block[:strings.Index(block, "```")]
+	block := docYAMLBlock(t, "envoy.md", "http_filters:\n- name: envoy.filters.http.rate_limit_quota\n")
 	var top struct {
 		Filters []struct {
 			TypedConfig map[string]any `yaml:"typed_config"`

@@ -2,12 +2,10 @@ package grpcapi
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -38,14 +36,6 @@ const ReleaseMetadataKey = "ruled_release"
 // Envoy's rate limit filter keeps an answer's dynamic_metadata.
 const RateLimitFilterNamespace = "envoy.filters.http.ratelimit"
 
-// Signer signs release tokens and verifies them (*host.ClientLeases is
-// one, with the fleet's lease key).
-type Signer interface {
-	Sign(ctx context.Context, data []byte) ([]byte, error)
-	// Verify answers host.ErrLeaseForged when mac is not data's MAC.
-	Verify(ctx context.Context, data, mac []byte) error
-}
-
 // Releaser frees in-flight slots (*host.Engine is one).
 type Releaser interface {
 	Release(ctx context.Context, req *host.CheckRequest) host.Result
@@ -54,13 +44,13 @@ type Releaser interface {
 // Holds let the rate limit service release the in-flight slots it grants
 // when Envoy logs the request done.
 type Holds struct {
-	Signer   Signer
+	Signer   host.Sealer // *host.ClientLeases: the fleet's lease key
 	Releaser Releaser
 }
 
-// releaseContext starts the data a release token's MAC covers, so that no
-// other string signed with the fleet's key (a client lease) is a token.
-const releaseContext = "ruled-release-v1\x00"
+// releaseKind is what a release token is sealed as (host.Seal), so that
+// no other string sealed with the fleet's key (a client lease) is one.
+const releaseKind = "ruled-release-v1\x00"
 
 // releaseToken is what a release token holds: the domain and, for each
 // descriptor that holds slots, its entries as key, value, key, value...
@@ -72,7 +62,7 @@ type releaseToken struct {
 
 // releaseTokenFor returns the signed release token of the descriptors of
 // req whose results hold slots, or "" when none does.
-func releaseTokenFor(ctx context.Context, sig Signer, req *rlsv3.RateLimitRequest, results []host.Result) (string, error) {
+func releaseTokenFor(ctx context.Context, sig host.Sealer, req *rlsv3.RateLimitRequest, results []host.Result) (string, error) {
 	var t releaseToken
 	for i := range results {
 		if !holdsSlot(&results[i]) {
@@ -92,11 +82,11 @@ func releaseTokenFor(ctx context.Context, sig Signer, req *rlsv3.RateLimitReques
 	if err != nil { // strings always marshal
 		panic(err)
 	}
-	mac, err := sig.Sign(ctx, append([]byte(releaseContext), data...))
+	tok, err := host.Seal(ctx, sig, releaseKind, data)
 	if err != nil {
 		return "", fmt.Errorf("signing a release token: %w", err)
 	}
-	return base64.RawURLEncoding.EncodeToString(data) + "." + base64.RawURLEncoding.EncodeToString(mac), nil
+	return tok, nil
 }
 
 // holdsSlot reports whether some rule of res holds a slot.
@@ -114,20 +104,12 @@ var errBadReleaseToken = errors.New("not a release token this fleet gave")
 
 // decodeReleaseToken verifies s (host.ErrLeaseForged when its MAC does
 // not) and returns the descriptors it names, each ready to release.
-func decodeReleaseToken(ctx context.Context, sig Signer, s string) ([]*host.CheckRequest, error) {
-	body, mac64, ok := strings.Cut(s, ".")
-	if !ok {
-		return nil, errBadReleaseToken
-	}
-	data, err := base64.RawURLEncoding.DecodeString(body)
-	if err != nil {
+func decodeReleaseToken(ctx context.Context, sig host.Sealer, s string) ([]*host.CheckRequest, error) {
+	data, err := host.Unseal(ctx, sig, releaseKind, s)
+	if errors.Is(err, host.ErrNotSealed) {
 		return nil, fmt.Errorf("%w: %w", errBadReleaseToken, err)
 	}
-	mac, err := base64.RawURLEncoding.DecodeString(mac64)
 	if err != nil {
-		return nil, fmt.Errorf("%w: signature: %w", errBadReleaseToken, err)
-	}
-	if err := sig.Verify(ctx, append([]byte(releaseContext), data...), mac); err != nil {
 		return nil, err
 	}
 	var t releaseToken

@@ -2,11 +2,9 @@ package httpapi
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -67,18 +65,14 @@ type leaseTicket struct {
 	Holds    []host.LeaseHold `json:"h"` // by their field names
 }
 
-// encode is the lease string of t: its JSON and the JSON's MAC under the
-// fleet's lease key, each in unpadded base64url, joined by a dot.
+// encode is the lease string of t: its JSON sealed with the fleet's
+// lease key (host.Seal).
 func (t *leaseTicket) encode(ctx context.Context, l Leaser) (string, error) {
 	data, err := json.Marshal(t)
 	if err != nil { // strings and integers always marshal
 		panic(err)
 	}
-	mac, err := l.Sign(ctx, data)
-	if err != nil {
-		return "", err
-	}
-	return base64.RawURLEncoding.EncodeToString(data) + "." + base64.RawURLEncoding.EncodeToString(mac), nil
+	return host.Seal(ctx, l, "", data)
 }
 
 // ticketClockSlack is how far past now + host.ClientLeaseTTL a lease's
@@ -97,19 +91,11 @@ var errBadTicket = errors.New("not a lease this API gave")
 // deadline no later than a lease taken now would have, and a lease id
 // when it has holds.
 func decodeTicket(ctx context.Context, l Leaser, s string, now time.Time) (*leaseTicket, error) {
-	body, sig, ok := strings.Cut(s, ".")
-	if !ok {
-		return nil, host.ErrLeaseForged
-	}
-	data, err := base64.RawURLEncoding.DecodeString(body)
-	if err != nil {
+	data, err := host.Unseal(ctx, l, "", s)
+	if errors.Is(err, host.ErrNotSealed) {
 		return nil, fmt.Errorf("%w: %w", errBadTicket, err)
 	}
-	mac, err := base64.RawURLEncoding.DecodeString(sig)
 	if err != nil {
-		return nil, fmt.Errorf("%w: signature: %w", errBadTicket, err)
-	}
-	if err := l.Verify(ctx, data, mac); err != nil {
 		return nil, err
 	}
 	var t leaseTicket
