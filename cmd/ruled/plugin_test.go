@@ -479,9 +479,17 @@ func TestServeReloadRefusesAModuleThatMissesItsPin(t *testing.T) {
 		!strings.Contains(le.Message, "sha256 mismatch") || !strings.Contains(le.Message, fileSHA256(t, mod)) {
 		t.Fatalf("last error %+v, want the pin mismatch at %s:11:3", le, rules)
 	}
-	if logs := s.logs.String(); !strings.Contains(logs, `msg="rules reload failed; the previous rules keep serving" trigger="file change"`) ||
-		!strings.Contains(logs, "sha256 mismatch") {
-		t.Fatalf("the failed reload is not logged:\n%s", logs)
+	// The status is set before the line is logged, and the line crosses
+	// a pipe: wait for it.
+	logged := func() bool {
+		logs := s.logs.String()
+		return strings.Contains(logs, `msg="rules reload failed; the previous rules keep serving" trigger="file change"`) &&
+			strings.Contains(logs, "sha256 mismatch")
+	}
+	for deadline := time.Now().Add(10 * time.Second); !logged(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed reload is not logged:\n%s", s.logs.String())
+		}
 	}
 	if r := s.check(t, `{"request": {"user": "alice"}}`); r.status != 200 || len(r.Results) != 1 || r.Results[0].Plugin != "gcra" ||
 		r.Results[0].Degraded != "" || r.Results[0].Remaining != 2 {
