@@ -156,6 +156,17 @@ type Result struct {
 	Results []RuleResult
 }
 
+// Held reports whether some rule of the request holds a slot for its
+// lease id (RuleResult.Held): what a release of it would free.
+func (r *Result) Held() bool {
+	for i := range r.Results {
+		if r.Results[i].Held() {
+			return true
+		}
+	}
+	return false
+}
+
 // Policy returns the most restrictive non-shadow result with a limit (a
 // denying rule with the longest retry-after, else the one with the fewest
 // remaining), the one an Envoy RLS descriptor status reports, and false

@@ -105,6 +105,30 @@ func (u *upstream) enter() {
 
 func (u *upstream) leave() { u.now.Add(-1) }
 
+// checkLoad fails unless the upstream never handled more than limit
+// requests at once, the load met the limit (some admitted, some denied),
+// and afterwards each instance of ds sees, through slots, every slot free
+// and the rate rule on the same requests counting exactly the admitted
+// ones (a release or a renewal gives no count back).
+func (u *upstream) checkLoad(t *testing.T, limit, admitted, denied int64, slots func(*daemon) (free, counted int64), ds ...*daemon) {
+	t.Helper()
+	if most := u.most.Load(); most > limit {
+		t.Errorf("the upstream handled %d requests at once, limit %d", most, limit)
+	}
+	if admitted == 0 || denied == 0 {
+		t.Errorf("admitted %d, denied %d: the load should meet the limit", admitted, denied)
+	}
+	for _, d := range ds {
+		free, counted := slots(d)
+		if free != limit {
+			t.Errorf("after the load, %d of %d slots free: releases were lost", free, limit)
+		}
+		if counted != admitted {
+			t.Errorf("the rate rule counted %d for %d admitted requests: a release or a renewal changed a rate count", counted, admitted)
+		}
+	}
+}
+
 // inflightApp serves up behind the Go middleware (InFlight, failing
 // closed) asking ruled at ruledBase; its handler runs hold while counted.
 func inflightApp(t *testing.T, ruledBase string, renewEvery time.Duration, up *upstream, hold func()) *httptest.Server {
@@ -177,21 +201,7 @@ func TestInFlightThroughTheGoMiddleware(t *testing.T) {
 		}
 		wg.Wait()
 		t.Logf("%d requests: %d admitted, %d denied, at most %d at once in the upstream", clients*each, admitted.Load(), denied.Load(), up.most.Load())
-		if most := up.most.Load(); most > 4 {
-			t.Errorf("the upstream handled %d requests at once, limit 4", most)
-		}
-		if admitted.Load() == 0 || denied.Load() == 0 {
-			t.Errorf("admitted %d, denied %d: the load should meet the limit", admitted.Load(), denied.Load())
-		}
-		for _, d := range []*daemon{d1, d2} {
-			free, counted := freeSlots(t, d.base, "/orders")
-			if free != 4 {
-				t.Errorf("after the load, %d of 4 slots free: releases were lost", free)
-			}
-			if counted != admitted.Load() {
-				t.Errorf("per-ip counted %d for %d admitted requests: a release or a renewal changed a rate count", counted, admitted.Load())
-			}
-		}
+		up.checkLoad(t, 4, admitted.Load(), denied.Load(), func(d *daemon) (int64, int64) { return freeSlots(t, d.base, "/orders") }, d1, d2)
 	})
 
 	t.Run("renewal", func(t *testing.T) {
@@ -236,18 +246,7 @@ func TestInFlightThroughTheGoMiddleware(t *testing.T) {
 	})
 
 	t.Run("killed app", func(t *testing.T) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), inflightAppEnv+"="+d1.base)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		lines := bufio.NewReader(out)
+		cmd, lines := startHelper(t, inflightAppEnv+"="+d1.base)
 		line, err := lines.ReadString('\n')
 		addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
 		if err != nil || !ok {
@@ -423,21 +422,7 @@ func TestInFlightThroughEnvoysServices(t *testing.T) {
 		}
 		wg.Wait()
 		t.Logf("%d requests: %d admitted, %d denied, at most %d at once in the upstream", envoys*each, admitted.Load(), denied.Load(), up.most.Load())
-		if most := up.most.Load(); most > 4 {
-			t.Errorf("the upstream handled %d requests at once, limit 4", most)
-		}
-		if admitted.Load() == 0 || denied.Load() == 0 {
-			t.Errorf("admitted %d, denied %d: the load should meet the limit", admitted.Load(), denied.Load())
-		}
-		for _, d := range ds {
-			free, counted := routeSlots(t, d.base, "orders")
-			if free != 4 {
-				t.Errorf("after the load, %d of 4 slots free: releases were lost", free)
-			}
-			if counted != admitted.Load() {
-				t.Errorf("per-route counted %d for %d admitted requests: a release changed a rate count", counted, admitted.Load())
-			}
-		}
+		up.checkLoad(t, 4, admitted.Load(), denied.Load(), func(d *daemon) (int64, int64) { return routeSlots(t, d.base, "orders") }, ds...)
 	})
 
 	t.Run("forged token", func(t *testing.T) {
@@ -560,4 +545,23 @@ func docYAMLBlock(t *testing.T, doc, opening string) string {
 		t.Fatalf("docs/%s: no YAML block starting with %q", doc, opening)
 	}
 	return opening + block[:end]
+}
+
+// startHelper runs this test binary with env added, as one of the helper
+// processes TestMain turns it into, and returns it with its stdout; the
+// process is killed when the test ends.
+func startHelper(t *testing.T, env string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewReader(out)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -479,18 +477,8 @@ func TestRLQSClientThatStopsReportingGivesItsQuotaBack(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			d, conn := rlqsDaemon(t, filepath.Join(t.TempDir(), "rules.yaml"))
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), rlqsClientEnv+"="+conn.Target())
-			cmd.Stderr = os.Stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			line, err := bufio.NewReader(out).ReadString('\n')
+			cmd, out := startHelper(t, rlqsClientEnv+"="+conn.Target())
+			line, err := out.ReadString('\n')
 			if err != nil || line != "reported\n" {
 				t.Fatalf("client: %q, %v", line, err)
 			}

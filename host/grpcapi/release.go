@@ -65,7 +65,7 @@ type releaseToken struct {
 func releaseTokenFor(ctx context.Context, sig host.Sealer, req *rlsv3.RateLimitRequest, results []host.Result) (string, error) {
 	var t releaseToken
 	for i := range results {
-		if !holdsSlot(&results[i]) {
+		if !results[i].Held() {
 			continue
 		}
 		var kv []string
@@ -87,16 +87,6 @@ func releaseTokenFor(ctx context.Context, sig host.Sealer, req *rlsv3.RateLimitR
 		return "", fmt.Errorf("signing a release token: %w", err)
 	}
 	return tok, nil
-}
-
-// holdsSlot reports whether some rule of res holds a slot.
-func holdsSlot(res *host.Result) bool {
-	for i := range res.Results {
-		if res.Results[i].Held() {
-			return true
-		}
-	}
-	return false
 }
 
 // errBadReleaseToken is the error of a token that is not one.
